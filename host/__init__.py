@@ -1,0 +1,1 @@
+"""Host-side traffic library: RoCE v2 packets (scapy), ICRC, pcap."""

@@ -1,0 +1,1 @@
+"""Amaranth components of the NetReduce switch."""

@@ -1,0 +1,52 @@
+"""The ``netreduce`` command.
+
+Each subcommand lives in ``netreduce.commands.<name>`` and exposes ``register(subparsers)``, which adds
+its parser and sets ``func`` to a callable taking the parsed arguments and returning an exit status.
+A user error raises :class:`UserError`: it is printed as one line on standard error, never as a traceback.
+"""
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+__all__ = ["main", "UserError"]
+
+COMMANDS = ["parse_pcap", "generate", "testfloat"]
+
+
+class UserError(Exception):
+    """A mistake in the command line or its inputs: reported in one line, exit status 2."""
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="netreduce",
+        description="In-network gradient aggregation on FPGAs, transparent to RoCE v2.")
+    parser.add_argument("--version", action="version", version=f"netreduce {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"netreduce.commands.{name}").register(subparsers)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args) or 0
+    except UserError as error:
+        print(f"netreduce: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

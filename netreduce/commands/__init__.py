@@ -1,0 +1,1 @@
+"""Subcommands of the ``netreduce`` CLI; see :mod:`netreduce.cli`."""

