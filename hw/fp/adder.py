@@ -1,0 +1,219 @@
+"""Pipelined IEEE 754 adder, parametric in format (binary32, bfloat16, binary16).
+
+Round to nearest, ties to even; subnormals in full, or flushed to zero with ``ftz``; any NaN operand and
+inf + (-inf) give the canonical quiet NaN. The semantics are those of ``netreduce.sim.fp.add``.
+
+Structure (after Berkeley HardFloat's AddRecFN and the classic two-path adder):
+
+1. **unpack**: classify both operands, flush subnormals (FTZ), order them by magnitude
+   (``x`` the larger, ``y`` the smaller), exponent difference ``d``, path choice.
+2. **align** (far path, effective addition or ``d >= 2``): shift ``y``'s significand right by ``d``
+   into guard, round and sticky bits. **close** (effective subtraction with ``d <= 1``): the exact
+   difference on P+1 bits (massive cancellation is only possible here, and it is then exact).
+3. **sum**: far path add/subtract; close path leading-zero count and the normalizing shift amount,
+   limited so that the exponent never goes below the subnormal exponent.
+4. **normalize**: far path by at most one bit either way, close path by the counted amount; one set of
+   (significand, guard, sticky, exponent) goes on.
+5. **round**: the one shared rounder (round to nearest, ties to even).
+6. **pack**: exponent adjust (a carry of the rounding moves into the exponent field, which also turns a
+   subnormal into the smallest normal number), overflow to infinity, specials, FTZ of tiny results.
+
+Between these steps are the boundaries named in :data:`ADDER_BOUNDARIES`; ``stages`` of them, in that
+order of preference, hold a register level. The latency is ``stages`` clocks and the initiation
+interval is 1 at every depth.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ...sim.fp import get_format
+from .pipeline import Pipeline, choose_cuts, lzc, thermometer
+
+__all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", "check_format"]
+
+#: Register boundaries of the adder, most useful first: ``stages=k`` uses the first k.
+ADDER_BOUNDARIES = ("output", "sum", "unpack", "normalize", "align", "round", "input")
+MAX_ADDER_STAGES = len(ADDER_BOUNDARIES)
+
+
+def check_format(fmt):
+    try:
+        return get_format(fmt)
+    except ValueError as error:
+        raise ValueError(str(error)) from None
+
+
+def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
+    """Build the adder in ``pipe`` (a :class:`~.pipeline.Pipeline`) and return its result Value.
+
+    ``a`` and ``b`` are bit patterns of ``fmt``; the result follows them by ``stages`` enabled clocks.
+    """
+    fmt = check_format(fmt)
+    cuts = choose_cuts(stages, ADDER_BOUNDARIES, "FP adder")
+    E, M = fmt.exp_bits, fmt.frac_bits
+    P, W = M + 1, fmt.width
+    EMAX = (1 << E) - 1
+    SH = ceil_log2(P + 4)           # bits of the clamped alignment shift (0..P+3)
+
+    def cut(values, where):
+        return pipe.boundary(values, where in cuts, f"{name}_{where}")
+
+    v = cut({"a": a, "b": b}, "input")
+
+    # 1. unpack and classify ---------------------------------------------------------------------
+    def unpack(x):
+        s, e, f = x[W - 1], x[M:M + E], x[:M]
+        ezero = e == 0
+        emax = e == EMAX
+        nan = emax & (f != 0)
+        inf = emax & (f == 0)
+        if ftz:
+            f = Mux(ezero, 0, f)    # a subnormal reads as zero of its own sign
+        eeff = Mux(ezero, 1, e)     # subnormals and zeros share exponent 1 with the hidden bit 0
+        return s, Cat(f, e), eeff, nan, inf
+
+    a_s, a_mag, a_eeff, a_nan, a_inf = unpack(v["a"])
+    b_s, b_mag, b_eeff, b_nan, b_inf = unpack(v["b"])
+    swap = b_mag > a_mag
+    x_s = Mux(swap, b_s, a_s)
+    y_s = Mux(swap, a_s, b_s)
+    x_mag = Mux(swap, b_mag, a_mag)
+    y_mag = Mux(swap, a_mag, b_mag)
+    x_eeff = Mux(swap, b_eeff, a_eeff)
+    d = Mux(swap, (b_eeff - a_eeff)[:E], (a_eeff - b_eeff)[:E])
+    sub = x_s ^ y_s
+    v = cut({
+        "x_s": x_s,
+        "sub": sub,
+        "close": sub & (d <= 1),
+        "d0": d[0],
+        "far_sh": Mux(d > P + 2, P + 3, d)[:SH],
+        "x_sig": Cat(x_mag[:M], x_mag[M:] != 0),
+        "y_sig": Cat(y_mag[:M], y_mag[M:] != 0),
+        "x_eeff": x_eeff,
+        "nan": a_nan | b_nan | (a_inf & b_inf & (a_s ^ b_s)),
+        "inf": a_inf | b_inf,
+    }, "unpack")
+
+    # 2. far path: alignment with guard, round, sticky; close path: exact difference --------------
+    y3 = Cat(Const(0, 3), v["y_sig"])
+    shifted = (y3 >> v["far_sh"])[:P + 3]
+    sticky = (y3 & thermometer(v["far_sh"], P + 3)).any()
+    y_al = Cat(shifted[0] | sticky, shifted[1:])
+    x2 = Cat(Const(0, 1), v["x_sig"])
+    y2 = Mux(v["d0"], Cat(v["y_sig"], Const(0, 1)), Cat(Const(0, 1), v["y_sig"]))
+    v = cut({
+        "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
+        "x_sig": v["x_sig"], "y_al": y_al,
+        "diff": (x2 - y2)[:P + 1],
+        "nan": v["nan"], "inf": v["inf"],
+    }, "align")
+
+    # 3. far path sum; close path leading zeros ---------------------------------------------------
+    x3 = Cat(Const(0, 3), v["x_sig"])
+    total = x3 + Mux(v["sub"], ~v["y_al"], v["y_al"]) + v["sub"]
+    far_sum = Cat(total[:P + 3], total[P + 3] & ~v["sub"])
+    lz, dzero = lzc(v["diff"])
+    limit = (v["x_eeff"] - 1)[:E]
+    close_sh = Mux(limit < lz, limit, lz)[:len(lz)]
+    v = cut({
+        "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
+        "far_sum": far_sum, "diff": v["diff"], "close_sh": close_sh, "dzero": dzero,
+        "nan": v["nan"], "inf": v["inf"],
+    }, "sum")
+
+    # 4. normalize and select the path -------------------------------------------------------------
+    s = v["far_sum"]
+    carry = s[P + 3]
+    keep = s[P + 2] | ~v["sub"]     # no shift; effective subtraction with d >= 2 loses at most one bit
+    sig_f = Mux(carry, s[4:P + 4], Mux(keep, s[3:P + 3], s[2:P + 2]))
+    g_f = Mux(carry, s[3], Mux(keep, s[2], s[1]))
+    st_f = Mux(carry, s[:3].any(), Mux(keep, s[:2].any(), s[0]))
+    exp_f = Mux(carry, v["x_eeff"] + 1, Mux(keep, v["x_eeff"], v["x_eeff"] - 1))[:E + 1]
+    dn = (v["diff"] << v["close_sh"])[:P + 1]
+    exp_c = Mux(v["dzero"], 1, (v["x_eeff"] - v["close_sh"])[:E + 1])   # exact cancellation: +0
+    close = v["close"]
+    v = cut({
+        "sign": v["x_s"] & ~(close & v["dzero"]),
+        "sig": Mux(close, dn[1:], sig_f),
+        "g": Mux(close, dn[0], g_f),
+        "st": ~close & st_f,
+        "exp": Mux(close, exp_c, exp_f),
+        "nan": v["nan"], "inf": v["inf"],
+    }, "normalize")
+
+    # 5. round to nearest, ties to even ----------------------------------------------------------
+    up = v["g"] & (v["st"] | v["sig"][0])
+    v = cut({
+        "sign": v["sign"], "sig_up": (v["sig"] + up)[:P + 1], "exp": v["exp"],
+        "nan": v["nan"], "inf": v["inf"],
+    }, "round")
+
+    # 6. pack ---------------------------------------------------------------------------------------
+    sig_up = v["sig_up"]
+    field = (v["exp"] + sig_up[M:] - 1)[:E + 2]    # the hidden bit (or a carry) lands in the exponent
+    overflow = field >= EMAX
+    sign = v["sign"]
+    result = Mux(v["nan"], Const(fmt.canonical_nan, W),
+             Mux(v["inf"] | overflow, Cat(Const(0, M), Const(EMAX, E), sign),
+                 Cat(sig_up[:M], field[:E], sign)))
+    if ftz:
+        result = Mux(~v["nan"] & ~v["inf"] & ~overflow & (field == 0), Cat(Const(0, W - 1), sign), result)
+    return cut({"result": result}, "output")["result"]
+
+
+class FPAdder(wiring.Component):
+    """Pipelined IEEE 754 adder.
+
+    Parameters
+    ----------
+    fmt : ``"fp32"``, ``"bf16"`` or ``"fp16"`` (or a :class:`netreduce.sim.fp.Format`)
+    stages : number of register levels, 0 to :data:`MAX_ADDER_STAGES`; the latency in clocks
+    ftz : flush subnormal operands and results to zero of the same sign
+    user_width : width of a sideband that travels with each pair and comes out with its result
+    backpressure : if true (default) the whole pipeline stalls while ``o`` holds a result that is not
+        accepted; if false both streams are ``always_ready`` and there is no clock enable.
+
+    Members
+    -------
+    i : ``In(stream.Signature(StructLayout({"a", "b", "user"})))``
+    o : ``Out(stream.Signature(StructLayout({"result", "user"})))``
+    """
+
+    def __init__(self, fmt="fp32", *, stages=4, ftz=False, user_width=0, backpressure=True):
+        self.fmt = check_format(fmt)
+        choose_cuts(stages, ADDER_BOUNDARIES, "FP adder")
+        if not isinstance(user_width, int) or isinstance(user_width, bool) or user_width < 0:
+            raise ValueError(f"user_width must be a non-negative integer, not {user_width!r}")
+        self.stages = stages
+        self.latency = stages
+        self.ftz = bool(ftz)
+        self.user_width = user_width
+        self.backpressure = bool(backpressure)
+        w = self.fmt.width
+        in_layout = data.StructLayout({"a": w, "b": w, "user": user_width})
+        out_layout = data.StructLayout({"result": w, "user": user_width})
+        always_ready = not self.backpressure
+        super().__init__({
+            "i": In(stream.Signature(in_layout, always_ready=always_ready)),
+            "o": Out(stream.Signature(out_layout, always_ready=always_ready)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.backpressure:
+            en = ~self.o.valid | self.o.ready
+            m.d.comb += self.i.ready.eq(en)
+        else:
+            en = None
+        pipe = Pipeline(m, en)
+        result = adder_datapath(pipe, self.fmt, self.i.payload.a, self.i.payload.b,
+                                stages=self.stages, ftz=self.ftz)
+        m.d.comb += [
+            self.o.valid.eq(pipe.delay(self.i.valid, self.latency, "valid", reset_less=False)),
+            self.o.payload.result.eq(result),
+            self.o.payload.user.eq(pipe.delay(self.i.payload.user, self.latency, "user")),
+        ]
+        return m

@@ -1,0 +1,89 @@
+"""Building blocks shared by the floating-point datapaths: a clock-enabled register helper, a tree
+leading-zero counter and a thermometer mask.
+
+A datapath is written as straight-line combinational steps; between two steps it calls
+:meth:`Pipeline.boundary` with the values that are still needed, and the boundary becomes a register
+level only if the pipeline configuration selected it. Every register of a pipeline shares one clock
+enable, so a whole pipeline stalls as one (backpressure) and otherwise accepts one input per clock.
+"""
+
+from amaranth.hdl import Cat, Const, Mux, Signal, Value
+from amaranth.utils import ceil_log2
+
+__all__ = ["Pipeline", "choose_cuts", "lzc", "thermometer"]
+
+
+def choose_cuts(stages, priority, what):
+    """The set of boundaries that get a register when ``stages`` registers are wanted.
+
+    ``priority`` lists every boundary, most useful first; ``stages`` of them are taken.
+    """
+    if not isinstance(stages, int) or isinstance(stages, bool):
+        raise TypeError(f"{what}: the number of pipeline stages must be an integer, not {stages!r}")
+    if not 0 <= stages <= len(priority):
+        raise ValueError(f"{what}: the number of pipeline stages must be between 0 and {len(priority)}, "
+                         f"not {stages}")
+    return frozenset(priority[:stages])
+
+
+class Pipeline:
+    """Registers, all clocked in ``domain`` under the clock enable ``en`` (``None``: always enabled)."""
+
+    def __init__(self, m, en=None, domain="sync"):
+        self.m = m
+        self.en = en
+        self.domain = domain
+
+    def reg(self, value, name, reset_less=True):
+        """A register of ``value``. Data registers have no reset (they are qualified by a valid bit
+        that has one), which keeps the reset net small."""
+        value = Value.cast(value)
+        sig = Signal(value.shape(), name=name, reset_less=reset_less)
+        stmt = sig.eq(value)
+        if self.en is None:
+            self.m.d[self.domain] += stmt
+        else:
+            with self.m.If(self.en):
+                self.m.d[self.domain] += stmt
+        return sig
+
+    def boundary(self, values, cut, prefix):
+        """``values`` (a dict of Values) unchanged, or registered when ``cut`` is true."""
+        if not cut:
+            return dict(values)
+        return {key: self.reg(value, f"{prefix}_{key}") for key, value in values.items()}
+
+    def delay(self, value, cycles, name, reset_less=True):
+        """``value`` delayed by ``cycles`` enabled clocks."""
+        for k in range(cycles):
+            value = self.reg(value, f"{name}_d{k}", reset_less=reset_less)
+        return Value.cast(value)
+
+
+def lzc(value):
+    """Leading zero count of ``value`` (MSB first) as a balanced tree: ``(count, all_zero)``.
+
+    ``count`` has ceil_log2(width) bits and is meaningful only when ``all_zero`` is 0.
+    """
+    value = Value.cast(value)
+    width = len(value)
+    padded = 1 << ceil_log2(max(width, 1))
+    # pad below the LSB with zeros: leading zeros of the value are unchanged
+    bits = Cat(Const(0, padded - width), value)
+
+    def rec(v):
+        n = len(v)
+        if n == 1:
+            return Const(0, 0), ~v[0]
+        half = n // 2
+        c_hi, z_hi = rec(v[half:])
+        c_lo, z_lo = rec(v[:half])
+        return Mux(z_hi, Cat(c_lo, Const(1, 1)), Cat(c_hi, Const(0, 1))), z_hi & z_lo
+
+    return rec(bits)
+
+
+def thermometer(amount, width):
+    """A ``width``-bit mask whose bit i is set when ``amount > i``."""
+    amount = Value.cast(amount)
+    return Cat(*(amount > i for i in range(width)))
