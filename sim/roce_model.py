@@ -9,7 +9,8 @@ Where the contract leaves a field's value open, the model decodes a header only 
 
 - Ethernet fields always (bytes past the end of the frame read as zero);
 - IP fields when ``ip_version`` is 4 or 6;
-- UDP fields when the IP protocol (next header) is 17 and, for IPv4, the fragment offset is 0;
+- UDP fields when the IP protocol (next header) is 17 and, for IPv4, the packet is not a fragment (the
+  more-fragments flag and the fragment offset are 0: the same condition as for RoCE, the port aside);
 - BTH and extension-header fields, ``opcode_known`` and ``hdr_len`` only when ``roce = 1``.
 
 Every other field reads 0. The hot path uses only ``int.from_bytes``, ``struct`` and ``zlib``.
@@ -58,18 +59,19 @@ def empty_header():
 
 
 def has_udp(header):
-    """Whether the record's frame carries a decoded UDP header (UDP over IPv4 or IPv6, not a later IPv4
-    fragment)."""
+    """Whether the record's frame carries a decoded UDP header (UDP over IPv6, or over IPv4 unfragmented)."""
     version = header["ip_version"]
     if header["ip_proto"] != 17:
         return False
-    return version == 6 or (version == 4 and header["ip_flags_frag"] & 0x1FFF == 0)
+    return version == 6 or (version == 4 and header["ip_flags_frag"] & 0x3FFF == 0)
 
 
 def parse_frame(frame):
     """Parse one Ethernet frame (bytes, no preamble or FCS) as the parser contract says."""
+    if type(frame) is not bytes:
+        frame = bytes(frame)
     length = len(frame)
-    f = frame if length >= _READ_SPAN else bytes(frame) + bytes(_READ_SPAN - length)
+    f = frame if length >= _READ_SPAN else frame + bytes(_READ_SPAN - length)
     h = dict(_ZERO_HEADER)
     h["eth_dst"] = int.from_bytes(f[0:6], "big")
     h["eth_src"] = int.from_bytes(f[6:12], "big")
@@ -104,8 +106,7 @@ def parse_frame(frame):
         h["ip_dst"] = (d0 << 16) | d1
         end = o + ip_len
         u = o + 20
-        udp_present = proto == 17 and flags_frag & 0x1FFF == 0
-        unfragmented = flags_frag & 0x3FFF == 0
+        udp_present = proto == 17 and flags_frag & 0x3FFF == 0
     elif ethertype == ETHERTYPE_IPV6 and f[o] >> 4 == 6:
         version = 6
         ipv4_csum_ok = 0
@@ -125,21 +126,20 @@ def parse_frame(frame):
         end = o + 40 + ip_len
         u = o + 40
         udp_present = proto == 17
-        unfragmented = True
     else:
         # no IP: not RoCE; the payload stream is the whole frame
-        return ParsedFrame(h, bytes(frame), {"icrc_ok": 0, "ipv4_csum_ok": 0, "len_ok": 1})
+        return ParsedFrame(h, frame, {"icrc_ok": 0, "ipv4_csum_ok": 0, "len_ok": 1})
 
     # --- UDP -------------------------------------------------------------------------------------
     if not udp_present:
-        return ParsedFrame(h, bytes(frame), {"icrc_ok": 0, "ipv4_csum_ok": ipv4_csum_ok, "len_ok": 1})
+        return ParsedFrame(h, frame, {"icrc_ok": 0, "ipv4_csum_ok": ipv4_csum_ok, "len_ok": 1})
     sport, dport, udp_len, udp_csum = _UNPACK_4H(f, u)
     h["udp_sport"] = sport
     h["udp_dport"] = dport
     h["udp_len"] = udp_len
     h["udp_csum"] = udp_csum
-    if dport != ROCE_UDP_PORT or not unfragmented:
-        return ParsedFrame(h, bytes(frame), {"icrc_ok": 0, "ipv4_csum_ok": ipv4_csum_ok, "len_ok": 1})
+    if dport != ROCE_UDP_PORT:
+        return ParsedFrame(h, frame, {"icrc_ok": 0, "ipv4_csum_ok": ipv4_csum_ok, "len_ok": 1})
 
     # --- BTH and extension headers ---------------------------------------------------------------
     h["roce"] = 1
@@ -208,7 +208,7 @@ def parse_frame(frame):
         crc = zlib.crc32(masked, _CRC_FF8)
         crc = zlib.crc32(frame[b + 5:end - 4], crc)
         icrc_ok = 1 if crc == int.from_bytes(frame[end - 4:end], "little") else 0
-    return ParsedFrame(h, bytes(payload), {"icrc_ok": icrc_ok, "ipv4_csum_ok": ipv4_csum_ok, "len_ok": len_ok})
+    return ParsedFrame(h, payload, {"icrc_ok": icrc_ok, "ipv4_csum_ok": ipv4_csum_ok, "len_ok": len_ok})
 
 
 # --- deparser ------------------------------------------------------------------------------------------

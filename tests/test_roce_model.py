@@ -92,7 +92,7 @@ def oracle(frame):
         verdict["ipv4_csum_ok"] = int(ones_complement_sum(frame[o:o + 20]) == 0xFFFF)
         end, u = o + layer.len, o + 20
         unfragmented = int(layer.flags) & 1 == 0 and layer.frag == 0
-        if layer.proto == 17 and layer.frag == 0:
+        if layer.proto == 17 and unfragmented:
             udp = layer.payload
     elif ethertype == 0x86DD and isinstance(layer, IPv6):
         h.update(ip_version=6, ip_dscp=layer.tc >> 2, ip_ecn=layer.tc & 3, ip_flow_label=layer.fl,
@@ -422,7 +422,7 @@ def test_malformed_frames_get_documented_verdicts(m):
         assert h["opcode_known"] == 0 and h["hdr_len"] == _layout(m.args)[1] + 20
     if m.kind == "fragment":
         assert h["ip_version"] == 4
-        assert (h["udp_dport"] == 4791) == (m.detail["offset"] == 0)
+        assert h["udp_dport"] == 0 and h["udp_len"] == 0   # a fragment carries no decoded UDP header
     if m.kind == "ipv4_options":
         assert h["ip_version"] == 0 and h["ethertype"] == 0x0800
     if roce and v["icrc_ok"]:
@@ -619,3 +619,15 @@ def test_summary_of_non_ip_frame():
     assert all(summary[k] is None for k in SUMMARY_KEYS - {"frame", "roce", "payload_len"})
     assert summary["payload_len"] == 0
     assert isinstance(parse_frame(b""), ParsedFrame)
+
+
+def test_fields_of_absent_headers_read_zero():
+    """UDP fields only for unfragmented UDP; BTH and extension fields only for RoCE (docs: "Host library")."""
+    first_fragment = parse_frame(_frame(ip_flags=0b001)).header
+    assert first_fragment["ip_proto"] == 17 and first_fragment["ip_flags_frag"] == 0x2000
+    assert all(first_fragment[k] == 0 for k in ("udp_sport", "udp_dport", "udp_len", "udp_csum"))
+    other_port = parse_frame(_frame(0x0A, dport=4792, reth=(1, 2, 3), psn=9)).header
+    assert other_port["udp_dport"] == 4792 and other_port["udp_sport"] != 0
+    assert all(other_port[k] == 0 for k in NAMES if k.startswith(("bth_", "has_", "reth_")))
+    tcp = parse_frame(_patched(_BASE, 23, b"\x06")).header
+    assert tcp["ip_proto"] == 6 and tcp["udp_dport"] == 0
