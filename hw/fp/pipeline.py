@@ -47,10 +47,21 @@ class Pipeline:
                 self.m.d[self.domain] += stmt
         return sig
 
+    def wire(self, value, name):
+        """``value`` through a named combinational signal.
+
+        Amaranth walks expressions as trees, so a value used several times downstream is named once
+        here to keep the expressions (and the generated Verilog) small.
+        """
+        value = Value.cast(value)
+        sig = Signal(value.shape(), name=name)
+        self.m.d.comb += sig.eq(value)
+        return sig
+
     def boundary(self, values, cut, prefix):
-        """``values`` (a dict of Values) unchanged, or registered when ``cut`` is true."""
+        """``values`` (a dict of Values) registered when ``cut`` is true, else through named wires."""
         if not cut:
-            return dict(values)
+            return {key: self.wire(value, f"{prefix}_{key}") for key, value in values.items()}
         return {key: self.reg(value, f"{prefix}_{key}") for key, value in values.items()}
 
     def delay(self, value, cycles, name, reset_less=True):
