@@ -123,6 +123,8 @@ def _mac(value):
 
 
 def _ip(value, version):
+    if isinstance(value, int):
+        return str(ipaddress.IPv4Address(value) if version == 4 else ipaddress.IPv6Address(value))
     address = ipaddress.ip_address(value)
     if address.version != version:
         raise ValueError(f"{value!r} is not an IPv{version} address")
@@ -144,7 +146,7 @@ def roce_packet(opcode, payload=b"", *,
 
     ``opcode`` may be any byte; the extension headers are those :data:`netreduce.wire.OPCODES` gives it
     (none for an unknown opcode). Their values: ``deth=(qkey, src_qp)``, ``reth=(va, rkey, dma_len)``,
-    ``aeth=(syndrome, msn)``, ``immdt=value``, ``ieth=rkey``; a header the opcode carries defaults to
+    ``aeth=(syndrome, msn)``, ``immdt=value``, ``ieth=rkey``; addresses are strings or ints; a header the opcode carries defaults to
     zeros, and giving one it does not carry is an error. ``pad`` (0..3 bytes of value ``pad_byte``,
     written in the BTH pad count) defaults to what makes payload plus pad a multiple of 4. ``vlan`` is
     the VLAN id (``None``: untagged). ``ip_flags`` is the 3-bit IPv4 flags field (default DF). ``ip_len``
@@ -166,14 +168,16 @@ def roce_packet(opcode, payload=b"", *,
             raise ValueError("ip_options is for IPv4")
         tc = (_check("dscp", dscp, 6) << 2) | _check("ecn", ecn, 2)
         ip = IPv6(tc=tc, fl=_check("flow_label", flow_label, 20), hlim=_check("ttl", ttl, 8), nh=17,
-                  src=_ip(src_ip or DEFAULT_IPV6_SRC, 6), dst=_ip(dst_ip or DEFAULT_IPV6_DST, 6))
+                  src=_ip(DEFAULT_IPV6_SRC if src_ip is None else src_ip, 6),
+                  dst=_ip(DEFAULT_IPV6_DST if dst_ip is None else dst_ip, 6))
         if ip_len is not None:
             ip.plen = _check("ip_len", ip_len, 16)
     else:
         tos = (_check("dscp", dscp, 6) << 2) | _check("ecn", ecn, 2)
         ip = IP(tos=tos, id=_check("ip_id", ip_id, 16), flags=_check("ip_flags", ip_flags, 3),
                 frag=_check("ip_frag", ip_frag, 13), ttl=_check("ttl", ttl, 8), proto=17,
-                src=_ip(src_ip or DEFAULT_IPV4_SRC, 4), dst=_ip(dst_ip or DEFAULT_IPV4_DST, 4))
+                src=_ip(DEFAULT_IPV4_SRC if src_ip is None else src_ip, 4),
+                dst=_ip(DEFAULT_IPV4_DST if dst_ip is None else dst_ip, 4))
         if ip_options:
             if len(ip_options) % 4 or len(ip_options) > 40:
                 raise ValueError("IPv4 options are a multiple of 4 bytes, at most 40")
