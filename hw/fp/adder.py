@@ -55,7 +55,7 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     E, M = fmt.exp_bits, fmt.frac_bits
     P, W = M + 1, fmt.width
     EMAX = (1 << E) - 1
-    SH = ceil_log2(P + 4)           # bits of the clamped alignment shift (0..P+3)
+    SH = ceil_log2(P + 4)           # bits of the alignment shift amount
 
     def cut(values, where):
         return pipe.boundary(values, where in cuts, f"{name}_{where}")
@@ -82,14 +82,18 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     x_mag = Mux(swap, b_mag, a_mag)
     y_mag = Mux(swap, a_mag, b_mag)
     x_eeff = Mux(swap, b_eeff, a_eeff)
-    d = Mux(swap, (b_eeff - a_eeff)[:E], (a_eeff - b_eeff)[:E])
-    sub = x_s ^ y_s
+    sub = a_s ^ b_s                 # the same after the swap
+    # both exponent differences in parallel with the magnitude comparison, which then only selects
+    d_ab = (a_eeff - b_eeff)[:E]
+    d_ba = (b_eeff - a_eeff)[:E]
+    d = Mux(swap, d_ba, d_ab)
     v = cut({
         "x_s": x_s,
         "sub": sub,
-        "close": sub & (d <= 1),
+        "close": sub & (d[1:] == 0),
         "d0": d[0],
-        "far_sh": Mux(d > P + 2, P + 3, d)[:SH],
+        "far_sh": d[:SH],           # a shifter of 2**SH - 1 >= P + 3 places: no clamping needed ...
+        "far_big": d[SH:] != 0,     # ... unless d is larger still
         "x_sig": Cat(x_mag[:M], x_mag[M:] != 0),
         "y_sig": Cat(y_mag[:M], y_mag[M:] != 0),
         "x_eeff": x_eeff,
@@ -99,8 +103,8 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
 
     # 2. far path: alignment with guard, round, sticky; close path: exact difference --------------
     y3 = Cat(Const(0, 3), v["y_sig"])
-    shifted = (y3 >> v["far_sh"])[:P + 3]
-    sticky = (y3 & thermometer(v["far_sh"], P + 3)).any()
+    shifted = Mux(v["far_big"], 0, (y3 >> v["far_sh"])[:P + 3])
+    sticky = Mux(v["far_big"], y3.any(), (y3 & thermometer(v["far_sh"], P + 3)).any())
     y_al = Cat(shifted[0] | sticky, shifted[1:])
     x2 = Cat(Const(0, 1), v["x_sig"])
     y2 = Mux(v["d0"], Cat(v["y_sig"], Const(0, 1)), Cat(Const(0, 1), v["y_sig"]))
@@ -144,23 +148,27 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
         "nan": v["nan"], "inf": v["inf"],
     }, "normalize")
 
-    # 5. round to nearest, ties to even ----------------------------------------------------------
+    # 5. round to nearest, ties to even; the exponent candidates in parallel with the increment --------
     up = v["g"] & (v["st"] | v["sig"][0])
+    exp = v["exp"]
     v = cut({
-        "sign": v["sign"], "sig_up": (v["sig"] + up)[:P + 1], "exp": v["exp"],
+        "sign": v["sign"], "sig_up": (v["sig"] + up)[:P + 1],
+        "field1": (exp - 1)[:E + 1], "field2": exp[:E + 1], "field3": (exp + 1)[:E + 1],
+        "ovf2": exp >= EMAX, "ovf3": exp >= EMAX - 1,
         "nan": v["nan"], "inf": v["inf"],
     }, "round")
 
-    # 6. pack ---------------------------------------------------------------------------------------
+    # 6. pack: the hidden bit (or the carry of the rounding) lands in the exponent field ------------
     sig_up = v["sig_up"]
-    field = (v["exp"] + sig_up[M:] - 1)[:E + 2]    # the hidden bit (or a carry) lands in the exponent
-    overflow = field >= EMAX
+    hidden = sig_up[M:]                           # 0 (subnormal), 1, or 2 (the rounding carried out)
+    field = Mux(hidden[1], v["field3"], Mux(hidden[0], v["field2"], v["field1"]))
+    overflow = Mux(hidden[1], v["ovf3"], hidden[0] & v["ovf2"])
     sign = v["sign"]
     result = Mux(v["nan"], Const(fmt.canonical_nan, W),
              Mux(v["inf"] | overflow, Cat(Const(0, M), Const(EMAX, E), sign),
                  Cat(sig_up[:M], field[:E], sign)))
     if ftz:
-        result = Mux(~v["nan"] & ~v["inf"] & ~overflow & (field == 0), Cat(Const(0, W - 1), sign), result)
+        result = Mux(~v["nan"] & ~v["inf"] & ~overflow & ~hidden.any(), Cat(Const(0, W - 1), sign), result)
     return cut({"result": result}, "output")["result"]
 
 

