@@ -182,7 +182,9 @@ class FPAdder(wiring.Component):
     ftz : flush subnormal operands and results to zero of the same sign
     user_width : width of a sideband that travels with each pair and comes out with its result
     backpressure : if true (default) the whole pipeline stalls while ``o`` holds a result that is not
-        accepted; if false both streams are ``always_ready`` and there is no clock enable.
+        accepted; if false there is no clock enable, ``i.ready`` is always 1 and ``o.ready`` is ignored
+        (the consumer must take every result: flow control by credits, using ``latency``). The streams
+        are not declared ``always_ready`` because Amaranth cannot make a constant a top-level port.
 
     Members
     -------
@@ -203,10 +205,9 @@ class FPAdder(wiring.Component):
         w = self.fmt.width
         in_layout = data.StructLayout({"a": w, "b": w, "user": user_width})
         out_layout = data.StructLayout({"result": w, "user": user_width})
-        always_ready = not self.backpressure
         super().__init__({
-            "i": In(stream.Signature(in_layout, always_ready=always_ready)),
-            "o": Out(stream.Signature(out_layout, always_ready=always_ready)),
+            "i": In(stream.Signature(in_layout)),
+            "o": Out(stream.Signature(out_layout)),
         })
 
     def elaborate(self, platform):
@@ -216,6 +217,7 @@ class FPAdder(wiring.Component):
             m.d.comb += self.i.ready.eq(en)
         else:
             en = None
+            m.d.comb += self.i.ready.eq(1)
         pipe = Pipeline(m, en)
         result = adder_datapath(pipe, self.fmt, self.i.payload.a, self.i.payload.b,
                                 stages=self.stages, ftz=self.ftz)

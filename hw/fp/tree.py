@@ -97,10 +97,9 @@ class AdderTree(wiring.Component):
             "user": user_width,
         })
         out_layout = data.StructLayout({"data": width, "present": 1, "user": user_width})
-        always_ready = not self.backpressure
         super().__init__({
-            "i": In(stream.Signature(in_layout, always_ready=always_ready)),
-            "o": Out(stream.Signature(out_layout, always_ready=always_ready)),
+            "i": In(stream.Signature(in_layout)),
+            "o": Out(stream.Signature(out_layout)),
         })
 
     def elaborate(self, platform):
@@ -110,6 +109,7 @@ class AdderTree(wiring.Component):
             m.d.comb += self.i.ready.eq(en)
         else:
             en = None
+            m.d.comb += self.i.ready.eq(1)
         pipe = Pipeline(m, en)
         ew = self.fmt.width
         mask = self.i.payload.mask
