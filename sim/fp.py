@@ -298,3 +298,126 @@ def tree_sum(fmt, contributions, mask=None, ftz=False):
     if fmt is FP32:
         return canonicalize(FP32, root)
     return narrow_from_fp32(fmt, root, ftz)
+
+
+# ---------------------------------------------------------------------------------------------------
+# test vectors (shared by the unit tests, the cocotb testbench and the benchmarks)
+
+def _pack(fmt, s, e, f):
+    return (int(s) << (fmt.width - 1)) | (int(e) << fmt.frac_bits) | int(f)
+
+
+def corner_pairs(fmt):
+    """Operand pairs ``(a, b)`` (two arrays) covering the adder's corner cases in ``fmt``.
+
+    Signed zeros, exact cancellation, exponent differences 0 and 1 (close path, massive cancellation),
+    every alignment from 0 to beyond the significand (far path, with the guard, round and sticky bits),
+    carry-out into the next binade, ties rounding down and up (to even), the largest finite number
+    plus one ulp and plus half an ulp (overflow), subnormal plus subnormal into the normal range,
+    normal minus normal into the subnormals, infinities and NaNs (quiet, signalling, with payloads).
+    Every pair is also given in the swapped order and with both signs flipped.
+    """
+    fmt = get_format(fmt)
+    P, M, B = fmt.precision, fmt.frac_bits, fmt.bias
+    EM = fmt.exp_max_field
+    fm = fmt.frac_mask
+    one = _pack(fmt, 0, B, 0)
+    max_finite = _pack(fmt, 0, EM - 1, fm)
+    min_normal = _pack(fmt, 0, 1, 0)
+    max_sub = _pack(fmt, 0, 0, fm)
+    inf = fmt.inf
+    qnan = fmt.canonical_nan
+    snan = _pack(fmt, 0, EM, 1)
+    nan_payload = _pack(fmt, 1, EM, fm)
+    neg = fmt.sign_mask
+    pairs = [
+        (0, 0), (0, neg), (neg, neg),
+        (one, one | neg), (max_finite, max_finite | neg), (max_sub, max_sub | neg), (1, 1 | neg),
+        (one, one), (one | 1, one), (one, (one - 1) | neg), (one | 1, one | neg),
+        (max_finite, _pack(fmt, 0, EM - 1 - P, 0)),            # + one ulp: exactly 2**(emax+1)
+        (max_finite, _pack(fmt, 0, EM - 2 - P, 0)),            # + half an ulp: a tie, odd: up
+        (max_finite, _pack(fmt, 0, EM - 2 - P, fm)),           # just below half an ulp
+        (max_finite, max_finite),
+        (max_sub, 1), (max_sub, max_sub), (1, 1), (max_sub, min_normal), (min_normal, 1 | neg),
+        (min_normal | 1, min_normal | neg), (_pack(fmt, 0, 2, 0), (min_normal | 1) | neg),
+        (inf, inf), (inf, inf | neg), (inf, one), (inf, max_finite | neg), (inf | neg, 0),
+        (qnan, one), (snan, one), (nan_payload, inf), (qnan, snan), (one, nan_payload), (qnan, inf | neg),
+    ]
+    for d in range(0, P + 5):
+        e = B - d
+        if e < 1:
+            break
+        small = _pack(fmt, 0, e, 0)
+        pairs += [(one, small), (one, small | neg), (one, small | 1), (one, (small | 1) | neg),
+                  (one | fm, small), (one | 1, small | neg), (one, _pack(fmt, 0, e, fm) | neg)]
+    # ties: 1 + half an ulp (down to even), (1 + ulp) + half an ulp (up to even)
+    half = _pack(fmt, 0, B - P, 0)
+    pairs += [(one, half), (one | 1, half), (one, half | neg), (one | 1, half | neg),
+              (one | fm, half), (one | fm, _pack(fmt, 0, B - P + 1, 0))]
+    # every alignment into the subnormals
+    for k in range(M):
+        pairs += [(min_normal, 1 << k), (min_normal, (1 << k) | neg), (_pack(fmt, 0, 2, fm), (1 << k) | neg)]
+    a = [p[0] for p in pairs]
+    b = [p[1] for p in pairs]
+    a, b = a + b, b + a
+    a, b = a + [x ^ neg for x in a], b + [x ^ neg for x in b]
+    return np.array(a, dtype=fmt.dtype), np.array(b, dtype=fmt.dtype)
+
+
+def random_operands(fmt, n, rng):
+    """``n`` biased random bit patterns: exponents near the bias, at the extremes (zeros, subnormals,
+    the largest binade, infinities, NaNs), and significands with runs of ones and zeros."""
+    fmt = get_format(fmt)
+    P, M, EM = fmt.precision, fmt.frac_bits, fmt.exp_max_field
+    s = rng.integers(0, 2, n)
+    e = rng.integers(0, EM + 1, n)
+    pick = rng.random(n)
+    e = np.where(pick < 0.35, rng.integers(max(fmt.bias - P - 3, 0), min(fmt.bias + P + 3, EM), n), e)
+    e = np.where((pick >= 0.35) & (pick < 0.45), rng.integers(0, 3, n), e)
+    e = np.where((pick >= 0.45) & (pick < 0.5), rng.integers(EM - 2, EM + 1, n), e)
+    f = rng.integers(0, 1 << M, n)
+    runs = rng.random(n)
+    width = rng.integers(0, M + 1, n)
+    ones = (np.int64(1) << width) - 1
+    f = np.where(runs < 0.15, ones, f)
+    f = np.where((runs >= 0.15) & (runs < 0.3), fmt.frac_mask ^ ones, f)
+    f = np.where((runs >= 0.3) & (runs < 0.35), 0, f)
+    return ((s << (fmt.width - 1)) | (e << M) | f).astype(fmt.dtype)
+
+
+def random_pairs(fmt, n, seed=0):
+    """``n`` biased random pairs: independent operands, and pairs built to cancel (same exponent or
+    one apart, opposite signs) or to align at every shift up to beyond the significand."""
+    fmt = get_format(fmt)
+    rng = np.random.default_rng(seed)
+    a = random_operands(fmt, n, rng).astype(np.int64)
+    b = random_operands(fmt, n, rng).astype(np.int64)
+    kind = rng.random(n)
+    ea = (a >> fmt.frac_bits) & fmt.exp_max_field
+    shift = rng.integers(0, fmt.precision + 4, n)
+    eb = np.where(kind < 0.3, ea - rng.integers(0, 2, n), ea - shift).clip(0, fmt.exp_max_field)
+    frac = np.where(rng.random(n) < 0.5, a & fmt.frac_mask, rng.integers(0, 1 << fmt.frac_bits, n))
+    sign = np.where(rng.random(n) < 0.7, (a ^ fmt.sign_mask) & fmt.sign_mask, a & fmt.sign_mask)
+    related = sign | (eb << fmt.frac_bits) | frac
+    b = np.where(kind < 0.6, related & ((1 << fmt.width) - 1), b)
+    return a.astype(fmt.dtype), b.astype(fmt.dtype)
+
+
+def spanning_operands(fmt, count=256, seed=0):
+    """``count`` distinct operands spanning every exponent of ``fmt`` (both signs, zeros, subnormals,
+    infinities, NaNs), with significands at the edges (0, 1, all ones, one half) and random ones."""
+    fmt = get_format(fmt)
+    rng = np.random.default_rng(seed)
+    fm = fmt.frac_mask
+    base = {0, fmt.sign_mask, fmt.inf, fmt.inf | fmt.sign_mask, fmt.canonical_nan, _pack(fmt, 0, fmt.exp_max_field, 1)}
+    exps = list(range(fmt.exp_max_field))
+    fracs = [0, 1, fm, 1 << (fmt.frac_bits - 1), fm ^ 1]
+    out = set(base)
+    i = 0
+    while len(out) < count:
+        e = exps[i % len(exps)]
+        f = fracs[(i // len(exps)) % len(fracs)] if i < 2 * len(exps) else int(rng.integers(0, fm + 1))
+        s = (i // 2) % 2
+        out.add(_pack(fmt, s, e, f))
+        i += 1
+    return np.array(sorted(out)[:count], dtype=fmt.dtype)
