@@ -193,10 +193,14 @@ class FPAdder(wiring.Component):
     """
 
     def __init__(self, fmt="fp32", *, stages=4, ftz=False, user_width=0, backpressure=True):
-        self.fmt = check_format(fmt)
-        choose_cuts(stages, ADDER_BOUNDARIES, "FP adder")
-        if not isinstance(user_width, int) or isinstance(user_width, bool) or user_width < 0:
-            raise ValueError(f"user_width must be a non-negative integer, not {user_width!r}")
+        try:
+            self.fmt = check_format(fmt)
+            choose_cuts(stages, ADDER_BOUNDARIES, "FP adder")
+            if not isinstance(user_width, int) or isinstance(user_width, bool) or user_width < 0:
+                raise ValueError(f"user_width must be a non-negative integer, not {user_width!r}")
+        except (TypeError, ValueError):
+            self._MustUse__silence = True       # a rejected component is not an unused one
+            raise
         self.stages = stages
         self.latency = stages
         self.ftz = bool(ftz)

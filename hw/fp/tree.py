@@ -75,17 +75,21 @@ class AdderTree(wiring.Component):
 
     def __init__(self, fmt="fp32", *, width=64, n_inputs=8, adder_stages=4, root_stages=1, leaf_stages=0,
                  ftz=False, user_width=0, backpressure=True):
-        self.fmt = check_format(fmt)
-        ew = self.fmt.width
-        if not isinstance(width, int) or isinstance(width, bool) or width <= 0 or width % ew:
-            raise ValueError(f"width must be a positive multiple of the {self.fmt} element width {ew}, "
-                             f"not {width!r}")
-        self.width = width
-        self.n_inputs = _check_int(n_inputs, "n_inputs", 1, MAX_INPUTS)
-        self.adder_stages = _check_int(adder_stages, "adder_stages", 0, MAX_ADDER_STAGES)
-        self.root_stages = _check_int(root_stages, "root_stages", 0, len(NARROW_BOUNDARIES))
-        self.leaf_stages = _check_int(leaf_stages, "leaf_stages", 0, 1)
-        self.user_width = _check_int(user_width, "user_width", 0, 4096)
+        try:
+            self.fmt = check_format(fmt)
+            ew = self.fmt.width
+            if not isinstance(width, int) or isinstance(width, bool) or width <= 0 or width % ew:
+                raise ValueError(f"width must be a positive multiple of the {self.fmt} element width {ew}, "
+                                 f"not {width!r}")
+            self.width = width
+            self.n_inputs = _check_int(n_inputs, "n_inputs", 1, MAX_INPUTS)
+            self.adder_stages = _check_int(adder_stages, "adder_stages", 0, MAX_ADDER_STAGES)
+            self.root_stages = _check_int(root_stages, "root_stages", 0, len(NARROW_BOUNDARIES))
+            self.leaf_stages = _check_int(leaf_stages, "leaf_stages", 0, 1)
+            self.user_width = _check_int(user_width, "user_width", 0, 4096)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True       # a rejected component is not an unused one
+            raise
         self.ftz = bool(ftz)
         self.backpressure = bool(backpressure)
         self.lanes = width // ew
