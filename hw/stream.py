@@ -66,3 +66,47 @@ def header_stream():
 def byte_lane(value, lane):
     """Byte ``lane`` of a data word (lane 0 is the first byte on the wire)."""
     return value[lane * 8:(lane + 1) * 8]
+
+
+def axi_stream_signature(width, user_width=0):
+    """AXI4-Stream as seen by a source (tdata, tkeep, tlast, tuser, tvalid out; tready in)."""
+    from amaranth.lib.wiring import In, Out, Signature
+    members = {
+        "tdata": Out(width),
+        "tkeep": Out(width // 8),
+        "tlast": Out(1),
+        "tvalid": Out(1),
+        "tready": In(1),
+    }
+    if user_width:
+        members["tuser"] = Out(user_width)
+    return Signature(members)
+
+
+def axis_to_frames(m, axis, frames):
+    """Connect an AXI-Stream sink port ``axis`` to frame stream ``frames`` (``first`` is derived)."""
+    from amaranth.hdl import Signal
+    between = Signal(init=1)    # the next beat starts a frame
+    m.d.comb += [
+        frames.valid.eq(axis.tvalid),
+        frames.payload.data.eq(axis.tdata),
+        frames.payload.keep.eq(axis.tkeep),
+        frames.payload.last.eq(axis.tlast),
+        frames.payload.first.eq(between),
+        axis.tready.eq(frames.ready),
+    ]
+    with m.If(axis.tvalid & axis.tready):
+        m.d.sync += between.eq(axis.tlast)
+
+
+def frames_to_axis(m, frames, axis, user=None):
+    """Connect frame (or payload) stream ``frames`` to an AXI-Stream source port ``axis``."""
+    m.d.comb += [
+        axis.tvalid.eq(frames.valid),
+        axis.tdata.eq(frames.payload.data),
+        axis.tkeep.eq(frames.payload.keep),
+        axis.tlast.eq(frames.payload.last),
+        frames.ready.eq(axis.tready),
+    ]
+    if user is not None:
+        m.d.comb += axis.tuser.eq(user)

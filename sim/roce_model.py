@@ -237,8 +237,17 @@ def _ipv6_header(h):
             + h["ip_src"].to_bytes(16, "big") + h["ip_dst"].to_bytes(16, "big"))
 
 
-def deparse_frame(header, payload):
+def verdict_good(header, verdict):
+    """Whether a RoCE frame with these verdicts may be forwarded as good: ICRC (and so lengths) right,
+    and for IPv4 the header checksum right too."""
+    return bool(verdict["icrc_ok"]) and (header["ip_version"] != 4 or bool(verdict["ipv4_csum_ok"]))
+
+
+def deparse_frame(header, payload, verdict=None):
     """Build the frame for a header record and a payload stream, as the deparser contract says.
+
+    ``verdict`` is the verdict dict riding on the payload's last beat; when it is given and
+    :func:`verdict_good` says no, the ICRC is emitted inverted (stomped) so that no receiver accepts it.
 
     ``roce = 0``: the payload unchanged. ``roce = 1``: Ethernet, 802.1Q tag when ``vlan_valid``, IPv4
     (``ip_version`` 4, checksum recomputed) or IPv6, UDP, BTH, the extension headers whose ``has_*`` bit is
@@ -297,7 +306,10 @@ def deparse_frame(header, payload):
         u = 40
     masked[u + 6:u + 8] = b"\xff\xff"
     masked[u + 12] = 0xFF
-    icrc = zlib.crc32(masked, _CRC_FF8).to_bytes(4, "little")
+    icrc_value = zlib.crc32(masked, _CRC_FF8)
+    if verdict is not None and not verdict_good(header, verdict):
+        icrc_value ^= 0xFFFFFFFF
+    icrc = icrc_value.to_bytes(4, "little")
     frame = b"".join(parts) + covered + icrc
     if len(frame) < ETH_MIN_FRAME:
         frame += bytes(ETH_MIN_FRAME - len(frame))

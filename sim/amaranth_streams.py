@@ -1,0 +1,116 @@
+"""amaranth.sim helpers: drive and collect packet streams with random idle cycles and backpressure.
+
+A frame is ``bytes``; its beats put the first byte in lane 0. ``idle`` is the probability that the source
+inserts an idle cycle before a beat, ``backpressure`` the probability that a sink is not ready in a cycle.
+"""
+
+import random
+
+from amaranth.sim import Simulator
+
+__all__ = ["beats_of", "send_frames", "send_records", "collect_frames", "collect_records", "run"]
+
+
+def beats_of(frame, nbytes):
+    """``(data, keep, first, last)`` of each beat of ``frame``; an empty frame is one empty beat."""
+    chunks = [frame[i:i + nbytes] for i in range(0, len(frame), nbytes)] or [b""]
+    return [(int.from_bytes(chunk, "little"), (1 << len(chunk)) - 1, k == 0, k == len(chunks) - 1)
+            for k, chunk in enumerate(chunks)]
+
+
+async def _offer(ctx, stream, rng, idle):
+    while rng.random() < idle:
+        ctx.set(stream.valid, 0)
+        await ctx.tick()
+    ctx.set(stream.valid, 1)
+    await ctx.tick().until(stream.ready)
+
+
+def send_frames(stream, frames, nbytes, *, idle=0.0, seed=0, verdicts=None):
+    """A testbench process that sends ``frames`` on a frame stream (or on a payload stream, with
+    ``verdicts``: one verdict dict per frame, set on its last beat)."""
+    async def process(ctx):
+        rng = random.Random(seed)
+        for index, frame in enumerate(frames):
+            for data, keep, first, last in beats_of(frame, nbytes):
+                ctx.set(stream.payload.data, data)
+                ctx.set(stream.payload.keep, keep)
+                ctx.set(stream.payload.first, first)
+                ctx.set(stream.payload.last, last)
+                if verdicts is not None:
+                    ctx.set(stream.payload.verdict, verdicts[index] if last else 0)
+                await _offer(ctx, stream, rng, idle)
+        ctx.set(stream.valid, 0)
+    return process
+
+
+def send_records(stream, records, *, idle=0.0, seed=0):
+    """A testbench process that sends one payload value (an int or a struct ``Const``) per record."""
+    async def process(ctx):
+        rng = random.Random(seed)
+        for record in records:
+            ctx.set(stream.payload, record)
+            await _offer(ctx, stream, rng, idle)
+        ctx.set(stream.valid, 0)
+    return process
+
+
+def collect_frames(stream, nbytes, out, *, backpressure=0.0, seed=1, extra=None):
+    """A background process appending ``(bytes, last_beat_payload)`` per frame to ``out``.
+
+    Bytes past ``keep`` must be zero on the stream; a non-contiguous ``keep`` is an error.
+    """
+    async def process(ctx):
+        rng = random.Random(seed)
+        current, beats = bytearray(), 0
+        while True:
+            ready = rng.random() >= backpressure
+            ctx.set(stream.ready, ready)
+            if ready and ctx.get(stream.valid):     # the transfer happens at the coming edge
+                beat = ctx.get(stream.payload)
+                keep = int(beat.keep)
+                count = keep.bit_length()
+                assert keep == (1 << count) - 1, f"keep {keep:#x} is not contiguous from lane 0"
+                assert int(beat.data) >> (8 * count) == 0, "data past keep is not zero"
+                assert bool(beat.first) == (beats == 0), "first flag wrong"
+                current += int(beat.data).to_bytes(nbytes, "little")[:count]
+                beats += 1
+                if beat.last:
+                    out.append((bytes(current), beat))
+                    current, beats = bytearray(), 0
+            await ctx.tick()
+    return process
+
+
+def collect_records(stream, out, *, backpressure=0.0, seed=2):
+    """A background process appending every payload taken from ``stream`` to ``out``."""
+    async def process(ctx):
+        rng = random.Random(seed)
+        while True:
+            ready = rng.random() >= backpressure
+            ctx.set(stream.ready, ready)
+            if ready and ctx.get(stream.valid):
+                out.append(ctx.get(stream.payload))
+            await ctx.tick()
+    return process
+
+
+def run(dut, testbenches, backgrounds, *, until_idle, max_cycles=200_000):
+    """Run until ``until_idle()`` is true after the testbenches end (or fail after ``max_cycles``)."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for bench in backgrounds:
+        sim.add_testbench(bench, background=True)
+    done = []
+
+    async def main(ctx):
+        for bench in testbenches:
+            await bench(ctx)
+        for _ in range(max_cycles):
+            if until_idle():
+                done.append(True)
+                return
+            await ctx.tick()
+    sim.add_testbench(main)
+    sim.run()
+    assert done, f"the design did not deliver everything within {max_cycles} cycles"
