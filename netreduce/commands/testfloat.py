@@ -179,7 +179,7 @@ def _build(fmt, ftz, stages, simulator, build_dir):
             if simulator == "verilator":
                 cmd = ["verilator", "--binary", "-j", "2", "--top-module", "testfloat_tb", "-Wno-fatal",
                        "-Wno-lint", "-Wno-style", "--x-assign", "fast", "--x-initial", "fast", "-O3",
-                       "-CFLAGS", "-fcoroutines -O1",
+                       "-CFLAGS", "-fcoroutines -O1", "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
                        "--Mdir", "obj", "-o", "Vtestfloat_tb", "tb.v", f"{_TOP}.v"]
             else:
                 cmd = ["iverilog", "-g2012", "-s", "testfloat_tb", "-o", "tb.vvp", "tb.v", f"{_TOP}.v"]
