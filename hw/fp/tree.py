@@ -54,7 +54,8 @@ class AdderTree(wiring.Component):
     n_inputs : N, 1 to :data:`MAX_INPUTS`
     adder_stages : register levels of each binary32 adder (see ``ADDER_BOUNDARIES``)
     root_stages : register levels of the root (NaN canonicalization, rounding to a 16-bit format), 0..2
-    leaf_stages : 0 or 1, a register level after the leaf widening and masking
+    leaf_stages : 0 or 1 (default 1), a register level after the leaf widening and masking: it takes
+        the mask multiplexer (and the binary16 normalization) out of the first adder level's first stage
     ftz : flush subnormals to zero, see the module documentation
     user_width : bits of the sideband that comes out with the result of its beat
     backpressure : as for :class:`~.adder.FPAdder`
@@ -73,7 +74,7 @@ class AdderTree(wiring.Component):
     lanes, levels : lanes per beat and adder levels (ceil(log2 N))
     """
 
-    def __init__(self, fmt="fp32", *, width=64, n_inputs=8, adder_stages=4, root_stages=1, leaf_stages=0,
+    def __init__(self, fmt="fp32", *, width=64, n_inputs=8, adder_stages=4, root_stages=1, leaf_stages=1,
                  ftz=False, user_width=0, backpressure=True):
         try:
             self.fmt = check_format(fmt)
