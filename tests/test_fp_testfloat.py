@@ -93,3 +93,15 @@ def test_bad_stage_count(tmp_path, capsys):
     path.write_text("0 0\n")
     with pytest.raises(UserError, match="pipeline stages must be between 0 and 7"):
         run_cli(["--pipeline-stages", "9", "--input", str(path)], capsys)
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_icarus(tmp_path, capsys):
+    a, b = fp.random_pairs("fp16", 2000, seed=9)
+    ref = fp.add("fp16", a, b, True)
+    path = tmp_path / "v.txt"
+    path.write_text("".join(f"{x:04X} {y:04X} {z:04X}\n" for x, y, z in zip(a.tolist(), b.tolist(), ref.tolist())))
+    status, out = run_cli(["--format", "fp16", "--ftz", "--sim", "icarus", "--pipeline-stages", "3", "--check",
+                           "--input", str(path)], capsys)
+    assert out.out.splitlines()[-1] == "2000 passed, 0 failed"
+    assert status == 0
