@@ -45,16 +45,23 @@ def widen(fmt, x, ftz=False):
     return Mux(e == 0x1F, special, Mux(e == 0, Mux(f == 0, zero, subnormal), normal))
 
 
-def narrow_datapath(pipe, fmt, x, *, stages, ftz=False, name="root"):
+def narrow_datapath(pipe, fmt, x, *, stages, ftz=False, present=None, name="root"):
     """Round binary32 pattern ``x`` once to ``fmt`` (RNE, canonical NaN), with ``stages`` registers.
 
     With ``ftz`` a result that is tiny after rounding (unbounded exponent range) is zero of its sign.
+    With ``present`` (a 1-bit Value arriving with ``x``), the result is +0 when it is 0; the gate is
+    applied last, beside the rounding instead of in front of it.
     """
     fmt = check_format(fmt)
     cuts = choose_cuts(stages, NARROW_BOUNDARIES, "root rounding")
 
     def cut(values, where):
+        if where == "output" and present is not None:
+            values = {"result": Mux(gate["present"], values["result"], 0)}
         return pipe.boundary(values, where in cuts, f"{name}_{where}")
+
+    gate = {"present": Const(1, 1) if present is None else present}
+    gate = pipe.boundary(gate, "shift" in cuts, f"{name}_gate")
 
     s, e, f = x[31], x[23:31], x[:23]
     nan = (e == 0xFF) & (f != 0)

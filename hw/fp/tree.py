@@ -148,9 +148,8 @@ class AdderTree(wiring.Component):
         present = pipe.delay(mask.any(), depth, "present")
         outs = []
         for lane, value in enumerate(results):
-            root = Mux(present, value, Const(0, 32))
-            outs.append(narrow_datapath(pipe, self.fmt, root, stages=self.root_stages, ftz=self.ftz,
-                                        name=f"l{lane}_root"))
+            outs.append(narrow_datapath(pipe, self.fmt, value, stages=self.root_stages, ftz=self.ftz,
+                                        present=present, name=f"l{lane}_root"))
         m.d.comb += [
             self.o.valid.eq(pipe.delay(self.i.valid, self.latency, "valid", reset_less=False)),
             self.o.payload.data.eq(Cat(*outs)),
