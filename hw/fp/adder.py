@@ -10,8 +10,8 @@ Structure (after Berkeley HardFloat's AddRecFN and the classic two-path adder):
 2. **align** (far path, effective addition or ``d >= 2``): shift ``y``'s significand right by ``d``
    into guard, round and sticky bits. **close** (effective subtraction with ``d <= 1``): the exact
    difference on P+1 bits (massive cancellation is only possible here, and it is then exact).
-3. **sum**: far path add/subtract; close path leading-zero count and the normalizing shift amount,
-   limited so that the exponent never goes below the subnormal exponent.
+3. **sum**: far path add/subtract; close path leading-zero count, which a "stop" bit decoded from the
+   exponent limits so that the exponent never goes below the subnormal exponent.
 4. **normalize**: far path by at most one bit either way, close path by the counted amount; one set of
    (significand, guard, sticky, exponent) goes on.
 5. **round**: the one shared rounder (round to nearest, ties to even).
@@ -108,10 +108,14 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     y_al = Cat(shifted[0] | sticky, shifted[1:])
     x2 = Cat(Const(0, 1), v["x_sig"])
     y2 = Mux(v["d0"], Cat(v["y_sig"], Const(0, 1)), Cat(Const(0, 1), v["y_sig"]))
+    # the normalizing shift of the close path may not take the exponent below 1 (subnormal results):
+    # a "stop" bit at index P - (x_eeff - 1) makes the leading-zero count itself stop there
+    limit = (v["x_eeff"] - 1)[:E]
+    stop = Cat(*(limit == P - i for i in range(P + 1)))
     v = cut({
         "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
         "x_sig": v["x_sig"], "y_al": y_al,
-        "diff": (x2 - y2)[:P + 1],
+        "diff": (x2 - y2)[:P + 1], "stop": stop,
         "nan": v["nan"], "inf": v["inf"],
     }, "align")
 
@@ -119,12 +123,10 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     x3 = Cat(Const(0, 3), v["x_sig"])
     total = x3 + Mux(v["sub"], ~v["y_al"], v["y_al"]) + v["sub"]
     far_sum = Cat(total[:P + 3], total[P + 3] & ~v["sub"])
-    lz, dzero = lzc(v["diff"])
-    limit = (v["x_eeff"] - 1)[:E]
-    close_sh = Mux(limit < lz, limit, lz)[:len(lz)]
+    close_sh, _ = lzc(v["diff"] | v["stop"])     # min(leading zeros, x_eeff - 1)
     v = cut({
         "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
-        "far_sum": far_sum, "diff": v["diff"], "close_sh": close_sh, "dzero": dzero,
+        "far_sum": far_sum, "diff": v["diff"], "close_sh": close_sh, "dzero": v["diff"] == 0,
         "nan": v["nan"], "inf": v["inf"],
     }, "sum")
 
