@@ -72,32 +72,27 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
         if ftz:
             f = Mux(ezero, 0, f)    # a subnormal reads as zero of its own sign
         eeff = Mux(ezero, 1, e)     # subnormals and zeros share exponent 1 with the hidden bit 0
-        return s, Cat(f, e), eeff, nan, inf
+        return s, Cat(f, e), Cat(f, ~ezero), eeff, nan, inf
 
-    a_s, a_mag, a_eeff, a_nan, a_inf = unpack(v["a"])
-    b_s, b_mag, b_eeff, b_nan, b_inf = unpack(v["b"])
+    a_s, a_mag, a_sig, a_eeff, a_nan, a_inf = unpack(v["a"])
+    b_s, b_mag, b_sig, b_eeff, b_nan, b_inf = unpack(v["b"])
+    # the magnitude comparison (a carry chain) only selects among values computed beside it: both
+    # significands with their hidden bits, both exponent differences and what they imply
     swap = b_mag > a_mag
-    x_s = Mux(swap, b_s, a_s)
-    y_s = Mux(swap, a_s, b_s)
-    x_mag = Mux(swap, b_mag, a_mag)
-    y_mag = Mux(swap, a_mag, b_mag)
-    x_eeff = Mux(swap, b_eeff, a_eeff)
-    sub = a_s ^ b_s                 # the same after the swap
-    # both exponent differences in parallel with the magnitude comparison, which then only selects
+    sub = a_s ^ b_s
     d_ab = (a_eeff - b_eeff)[:E]
     d_ba = (b_eeff - a_eeff)[:E]
-    d = Mux(swap, d_ba, d_ab)
     v = cut({
-        "x_s": x_s,
+        "x_s": Mux(swap, b_s, a_s),
         "sub": sub,
-        "close": sub & (d[1:] == 0),
-        "d0": d[0],
-        "far_sh": d[:SH],           # a shifter of 2**SH - 1 >= P + 3 places: no clamping needed ...
-        "far_big": d[SH:] != 0,     # ... unless d is larger still
-        "x_sig": Cat(x_mag[:M], x_mag[M:] != 0),
-        "y_sig": Cat(y_mag[:M], y_mag[M:] != 0),
-        "x_eeff": x_eeff,
-        "nan": a_nan | b_nan | (a_inf & b_inf & (a_s ^ b_s)),
+        "close": sub & Mux(swap, d_ba[1:] == 0, d_ab[1:] == 0),
+        "d0": Mux(swap, d_ba[0], d_ab[0]),
+        "far_sh": Mux(swap, d_ba[:SH], d_ab[:SH]),   # a shifter of 2**SH - 1 >= P + 3 places ...
+        "far_big": Mux(swap, d_ba[SH:] != 0, d_ab[SH:] != 0),   # ... unless d is larger still
+        "x_sig": Mux(swap, b_sig, a_sig),
+        "y_sig": Mux(swap, a_sig, b_sig),
+        "x_eeff": Mux(swap, b_eeff, a_eeff),
+        "nan": a_nan | b_nan | (a_inf & b_inf & sub),
         "inf": a_inf | b_inf,
     }, "unpack")
 
