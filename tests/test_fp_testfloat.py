@@ -91,7 +91,7 @@ def test_without_check_prints_results_only(tmp_path, capsys):
 def test_bad_stage_count(tmp_path, capsys):
     path = tmp_path / "v.txt"
     path.write_text("0 0\n")
-    with pytest.raises(UserError, match="pipeline stages must be between 0 and 7"):
+    with pytest.raises(UserError, match="pipeline stages must be between 0 and 8"):
         run_cli(["--pipeline-stages", "9", "--input", str(path)], capsys)
 
 

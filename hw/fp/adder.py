@@ -8,7 +8,8 @@ Structure (after Berkeley HardFloat's AddRecFN and the classic two-path adder):
 1. **unpack**: classify both operands, flush subnormals (FTZ), order them by magnitude
    (``x`` the larger, ``y`` the smaller), exponent difference ``d``, path choice.
 2. **align** (far path, effective addition or ``d >= 2``): shift ``y``'s significand right by ``d``
-   into guard, round and sticky bits. **close** (effective subtraction with ``d <= 1``): the exact
+   into guard, round and sticky bits, in two steps (multiples of 4, then 0..3; the optional "shift"
+   boundary lies between them). **close** (effective subtraction with ``d <= 1``): the exact
    difference on P+1 bits (massive cancellation is only possible here, and it is then exact).
 3. **sum**: far path add/subtract; close path leading-zero count, which a "stop" bit decoded from the
    exponent limits so that the exponent never goes below the subnormal exponent.
@@ -34,7 +35,7 @@ from .pipeline import Pipeline, choose_cuts, lzc, thermometer
 __all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", "check_format"]
 
 #: Register boundaries of the adder, most useful first: ``stages=k`` uses the first k.
-ADDER_BOUNDARIES = ("output", "sum", "unpack", "normalize", "align", "round", "input")
+ADDER_BOUNDARIES = ("output", "sum", "unpack", "normalize", "align", "round", "shift", "input")
 MAX_ADDER_STAGES = len(ADDER_BOUNDARIES)
 
 
@@ -97,20 +98,32 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     }, "unpack")
 
     # 2. far path: alignment with guard, round, sticky; close path: exact difference --------------
+    # The alignment shifter is split in two: by the upper bits of the amount (multiples of 4), then by
+    # the lower two bits, with the optional "shift" boundary between them.
     y3 = Cat(Const(0, 3), v["y_sig"])
-    shifted = Mux(v["far_big"], 0, (y3 >> v["far_sh"])[:P + 3])
-    sticky = Mux(v["far_big"], y3.any(), (y3 & thermometer(v["far_sh"], P + 3)).any())
-    y_al = Cat(shifted[0] | sticky, shifted[1:])
+    coarse_sh = Cat(Const(0, 2), v["far_sh"][2:])
+    coarse = (y3 >> coarse_sh)[:P + 3]
+    coarse_sticky = (y3 & thermometer(coarse_sh, P + 3)).any()
     x2 = Cat(Const(0, 1), v["x_sig"])
     y2 = Mux(v["d0"], Cat(v["y_sig"], Const(0, 1)), Cat(Const(0, 1), v["y_sig"]))
     # the normalizing shift of the close path may not take the exponent below 1 (subnormal results):
     # a "stop" bit at index P - (x_eeff - 1) makes the leading-zero count itself stop there
     limit = (v["x_eeff"] - 1)[:E]
-    stop = Cat(*(limit == P - i for i in range(P + 1)))
+    v = cut({
+        "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
+        "x_sig": v["x_sig"], "coarse": coarse, "fine_sh": v["far_sh"][:2],
+        "sticky": Mux(v["far_big"], v["y_sig"].any(), coarse_sticky), "far_big": v["far_big"],
+        "diff": (x2 - y2)[:P + 1], "stop": Cat(*(limit == P - i for i in range(P + 1))),
+        "nan": v["nan"], "inf": v["inf"],
+    }, "shift")
+    fine = (v["coarse"] >> v["fine_sh"])[:P + 3]
+    sticky = v["sticky"] | (v["coarse"] & thermometer(v["fine_sh"], 3)).any()
+    shifted = Mux(v["far_big"], 0, fine)
+    y_al = Cat(shifted[0] | sticky, shifted[1:])
     v = cut({
         "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
         "x_sig": v["x_sig"], "y_al": y_al,
-        "diff": (x2 - y2)[:P + 1], "stop": stop,
+        "diff": v["diff"], "stop": v["stop"],
         "nan": v["nan"], "inf": v["inf"],
     }, "align")
 
