@@ -123,7 +123,7 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     v = cut({
         "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
         "x_sig": v["x_sig"], "y_al": y_al,
-        "diff": v["diff"], "stop": v["stop"],
+        "diff": v["diff"], "dstop": v["diff"] | v["stop"],
         "nan": v["nan"], "inf": v["inf"],
     }, "align")
 
@@ -131,7 +131,7 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
     x3 = Cat(Const(0, 3), v["x_sig"])
     total = x3 + Mux(v["sub"], ~v["y_al"], v["y_al"]) + v["sub"]
     far_sum = Cat(total[:P + 3], total[P + 3] & ~v["sub"])
-    close_sh, _ = lzc(v["diff"] | v["stop"])     # min(leading zeros, x_eeff - 1)
+    close_sh, _ = lzc(v["dstop"])                 # min(leading zeros, x_eeff - 1)
     v = cut({
         "x_s": v["x_s"], "sub": v["sub"], "close": v["close"], "x_eeff": v["x_eeff"],
         "far_sum": far_sum, "diff": v["diff"], "close_sh": close_sh, "dzero": v["diff"] == 0,

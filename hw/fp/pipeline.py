@@ -72,26 +72,37 @@ class Pipeline:
 
 
 def lzc(value):
-    """Leading zero count of ``value`` (MSB first) as a balanced tree: ``(count, all_zero)``.
+    """Leading zero count of ``value`` (MSB first): ``(count, all_zero)``.
 
-    ``count`` has ceil_log2(width) bits and is meaningful only when ``all_zero`` is 0.
+    Two levels, for depth: every group of 4 bits gives its own 2-bit count and a zero flag; the first
+    non-zero group (a one-hot select from the zero flags) provides the upper bits of the count
+    (OR of the selected group indices) and its own count the lower two. ``count`` has
+    ceil_log2(width) bits (at least 2) and is meaningful only when ``all_zero`` is 0.
     """
     value = Value.cast(value)
     width = len(value)
-    padded = 1 << ceil_log2(max(width, 1))
-    # pad below the LSB with zeros: leading zeros of the value are unchanged
-    bits = Cat(Const(0, padded - width), value)
-
-    def rec(v):
-        n = len(v)
-        if n == 1:
-            return Const(0, 0), ~v[0]
-        half = n // 2
-        c_hi, z_hi = rec(v[half:])
-        c_lo, z_lo = rec(v[:half])
-        return Mux(z_hi, Cat(c_lo, Const(1, 1)), Cat(c_hi, Const(0, 1))), z_hi & z_lo
-
-    return rec(bits)
+    padded = max(4, 1 << ceil_log2(max(width, 1)))
+    bits = Cat(Const(0, padded - width), value)      # zeros below the LSB: same leading zeros
+    groups = padded // 4
+    zeros, counts = [], []
+    for g in range(groups):                           # g = 0 is the most significant group
+        nib = bits[padded - 4 * (g + 1):padded - 4 * g]
+        zeros.append(nib == 0)
+        counts.append(Mux(nib[3], 0, Mux(nib[2], 1, Mux(nib[1], 2, 3)))[:2])
+    hi_bits = ceil_log2(groups)
+    hi = Const(0, max(hi_bits, 1))
+    lo = Const(0, 2)
+    for g in range(groups):
+        first = ~zeros[g]
+        for h in range(g):
+            first = first & zeros[h]
+        if hi_bits:
+            hi = hi | Mux(first, g, 0)
+        lo = lo | Mux(first, counts[g], 0)
+    all_zero = Cat(*zeros).all()
+    if not hi_bits:
+        return lo, all_zero
+    return Cat(lo, hi[:hi_bits]), all_zero
 
 
 def thermometer(amount, width):
