@@ -1,12 +1,13 @@
 """Benchmarks of the floating-point adders and the adder tree; prints one JSON object on stdout.
 
-    python benchmarks/bench_fp.py [--adder-stages 3 4 5 6 7] [--tree-stages 6] [--skip-xilinx]
+    python benchmarks/bench_fp.py [--adder-stages 2 3 4 5 6 7 8] [--tree-stages 7] [--skip-xilinx]
                                   [--skip-ecp5] [--testfloat-pairs 1000000] [--seed 1]
 
 * ``ecp5_adder``: the binary32 adder (and bfloat16/binary16 at the tree's depth) at several pipeline
   depths on an ECP5-85 (speed grade 8, CABGA381), through ``netreduce.synth.synth_ecp5``: Fmax of the
   placed and routed harness, and LUTs, flip-flops, DSP blocks of the adder alone.
-* ``ecp5_tree``: the 64-bit, 8-input binary32 tree (2 lanes, 14 adders). A 10 Gb/s port needs
+* ``ecp5_tree``: the 64-bit, 8-input binary32 tree (2 lanes, 14 adders; leaf and root register
+  levels, ``--tree-stages`` per adder). A 10 Gb/s port needs
   10e9 / 64 = 156.25 M beats per second, so the tree keeps up when its Fmax is at least 156.25 MHz.
 * ``xilinx_tree``: Yosys ``synth_xilinx -family xcup`` cell counts of the 512-bit 8-input binary32
   tree (16 lanes, 112 adders), no place and route.
@@ -114,8 +115,8 @@ def testfloat_cli_speed(pairs, stages):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--adder-stages", type=int, nargs="*", default=[2, 3, 4, 5, 6, 7])
-    parser.add_argument("--tree-stages", type=int, default=6)
+    parser.add_argument("--adder-stages", type=int, nargs="*", default=[2, 3, 4, 5, 6, 7, 8])
+    parser.add_argument("--tree-stages", type=int, default=7)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-ecp5", action="store_true")
     parser.add_argument("--skip-xilinx", action="store_true")
