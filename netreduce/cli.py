@@ -20,8 +20,15 @@ class UserError(Exception):
     """A mistake in the command line or its inputs: reported in one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``--help`` shows the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="netreduce",
         description="In-network gradient aggregation on FPGAs, transparent to RoCE v2.")
     parser.add_argument("--version", action="version", version=f"netreduce {__version__}")

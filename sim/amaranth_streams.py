@@ -38,7 +38,7 @@ def send_frames(stream, frames, nbytes, *, idle=0.0, seed=0, verdicts=None):
                 ctx.set(stream.payload.first, first)
                 ctx.set(stream.payload.last, last)
                 if verdicts is not None:
-                    ctx.set(stream.payload.verdict, verdicts[index] if last else 0)
+                    ctx.set(stream.payload.verdict, verdicts[index] if last else {})
                 await _offer(ctx, stream, rng, idle)
         ctx.set(stream.valid, 0)
     return process
@@ -95,22 +95,23 @@ def collect_records(stream, out, *, backpressure=0.0, seed=2):
     return process
 
 
-def run(dut, testbenches, backgrounds, *, until_idle, max_cycles=200_000):
-    """Run until ``until_idle()`` is true after the testbenches end (or fail after ``max_cycles``)."""
+def run(dut, testbenches, backgrounds, *, until_idle, max_cycles=50_000):
+    """Run the (concurrent) testbenches and background processes until ``until_idle()`` is true; fail
+    if that takes more than ``max_cycles``."""
     sim = Simulator(dut)
     sim.add_clock(1e-8)
+    for bench in testbenches:
+        sim.add_testbench(bench)
     for bench in backgrounds:
         sim.add_testbench(bench, background=True)
     done = []
 
-    async def main(ctx):
-        for bench in testbenches:
-            await bench(ctx)
+    async def watch(ctx):
         for _ in range(max_cycles):
             if until_idle():
                 done.append(True)
                 return
             await ctx.tick()
-    sim.add_testbench(main)
+    sim.add_testbench(watch)
     sim.run()
     assert done, f"the design did not deliver everything within {max_cycles} cycles"

@@ -96,14 +96,15 @@ def _param_tag(params):
 
 
 def run_cocotb(component, *, name, test_module, build_params=None, params=None, simulator=None,
-               waves=None, testcase=None, build_root=None, extra_env=None):
+               waves=None, testcase=None, build_root=None, extra_env=None, quiet=False):
     """Build ``component`` as Verilog module ``name`` and run cocotb ``test_module`` against it.
 
     ``build_params`` (the HDL parameters) name the build folder, so runs that differ only in ``params``
     (runtime settings: input files, seeds, probabilities) share one build. Both are passed to the test
     module as JSON in ``NETREDUCE_PARAMS`` (read them with :func:`cocotb_params`). Parallel workers lock
-    the build folder while building. Raises :class:`SimulationError` if any test fails; returns the path
-    of the results XML file.
+    the build folder while building. ``quiet`` sends the build and simulation output to log files in the
+    build folder instead of standard output. Raises :class:`SimulationError` if any test fails; returns
+    the number of cocotb tests run.
     """
     import fcntl
     import uuid
@@ -130,13 +131,16 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
             if fresh:
                 source.write_text(text)
             runner.build(sources=[source], hdl_toplevel=name, build_dir=build_dir, always=fresh,
-                         waves=waves, timescale=("1ns", "1ps"), build_args=BUILD_ARGS.get(simulator, []))
+                         waves=waves, timescale=("1ns", "1ps"), build_args=BUILD_ARGS.get(simulator, []),
+                         log_file=build_dir / "build.log" if quiet else None)
             stamp.write_text(stamp_text)
+        run_id = uuid.uuid4().hex
         env = {"NETREDUCE_PARAMS": json.dumps({**build_params, **(params or {})}), **env_add,
                **(extra_env or {})}
         results = runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
                               test_dir=build_dir, extra_env=env, waves=waves, testcase=testcase,
-                              results_xml=str(build_dir / f"results-{uuid.uuid4().hex}.xml"), timescale=("1ns", "1ps"))
+                              results_xml=str(build_dir / f"results-{run_id}.xml"), timescale=("1ns", "1ps"),
+                              log_file=build_dir / f"sim-{run_id}.log" if quiet else None)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -145,6 +149,8 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
                 os.environ[key] = value
     total, failed = get_results(results)
     Path(results).unlink(missing_ok=True)
+    if quiet and not (total == 0 or failed):
+        (build_dir / f"sim-{run_id}.log").unlink(missing_ok=True)
     if total == 0 or failed:
         raise SimulationError(f"{test_module} on {name} ({simulator}, {build_params}, {params}): "
                               f"{failed} of {total} cocotb tests failed; see the log above and {build_dir}")

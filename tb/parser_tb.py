@@ -171,3 +171,22 @@ async def line_rate(dut):
     await counter
     tb.log.info("line rate: %d beats accepted, %d stall cycles", accepted, stalls)
     assert stalls == 0, f"the input stalled for {stalls} cycles on {beats} back-to-back beats"
+
+
+@cocotb.test()
+async def dump_records(dut):
+    """For ``netreduce parse-pcap``: every frame through ``ParserTop`` back to back; one JSON line per
+    frame (the header record as an integer, the verdict bits) to the file ``params["out"]``."""
+    import json
+    params = cocotb_params()
+    if "out" not in params:
+        return
+    tb = TB(dut, params)
+    await tb.reset()
+    frames = read_pcap(params["frames"])
+    cocotb.start_soon(tb.send_all(frames))
+    await tb.receive(len(frames), timeout_cycles=100 * sum(len(f) for f in frames))
+    assert len(tb.headers) == len(tb.verdicts) == len(frames)
+    with open(params["out"], "w") as out:
+        for header, verdict in zip(tb.headers, tb.verdicts):
+            out.write(json.dumps({"header": str(header), "verdict": verdict}) + "\n")

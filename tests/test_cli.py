@@ -1,0 +1,103 @@
+"""The `netreduce` command: help, user errors without tracebacks, parse-pcap (RTL and model), generate."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from netreduce.host.packets import build_roce_frame
+from netreduce.host.pcap import write_pcap
+
+from captures import capture_files
+
+SUBCOMMANDS = ["parse-pcap", "generate", "testfloat"]
+
+
+def netreduce(*args, stdin=None, check=True):
+    result = subprocess.run([sys.executable, "-m", "netreduce.cli", *args], capture_output=True, text=True,
+                            input=stdin, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_help_lists_subcommands():
+    out = netreduce("--help").stdout
+    for name in SUBCOMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_subcommand_help(name):
+    assert "usage:" in netreduce(name, "--help").stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["no-such-command"],
+    ["parse-pcap"],
+    ["parse-pcap", "missing.pcap", "--model"],
+    ["parse-pcap", "x.pcap", "--width", "128"],
+    ["parse-pcap", "x.pcap", "--sim", "modelsim"],
+    ["generate"],
+    ["generate", "--width", "32", "--out", "x"],
+])
+def test_user_errors_are_one_line(tmp_path, args):
+    result = subprocess.run([sys.executable, "-m", "netreduce.cli", *args], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_parse_pcap_rejects_a_file_that_is_not_a_capture(tmp_path):
+    bogus = tmp_path / "bogus.pcap"
+    bogus.write_bytes(b"this is not a capture")
+    result = netreduce("parse-pcap", str(bogus), "--model", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def _keys():
+    return {"frame", "roce", "vlan", "ip_version", "src_ip", "dst_ip", "dscp", "udp_dport", "opcode",
+            "dest_qp", "psn", "ack_req", "pad", "pkey", "reth", "immdt", "aeth", "payload_len", "icrc_ok",
+            "ipv4_csum_ok"}
+
+
+def test_parse_pcap_model_on_a_built_frame(tmp_path):
+    frame = build_roce_frame(0x0A, bytes(64), reth=(0x1122334455667788, 0xCAFE, 64), psn=77, dest_qp=0x123,
+                             vlan=5, src_ip="10.0.0.1", dst_ip="10.0.0.2", dscp=26)
+    path = tmp_path / "one.pcap"
+    write_pcap(path, [frame])
+    (line,) = netreduce("parse-pcap", str(path), "--model").stdout.splitlines()
+    record = json.loads(line)
+    assert set(record) >= _keys()
+    assert record["frame"] == 0 and record["roce"] is True and record["vlan"] == 5
+    assert record["src_ip"] == "10.0.0.1" and record["dst_ip"] == "10.0.0.2" and record["dscp"] == 26
+    assert record["opcode"] == 0x0A and record["psn"] == 77 and record["dest_qp"] == 0x123
+    assert record["reth"] == {"va": 0x1122334455667788, "rkey": 0xCAFE, "dma_len": 64}
+    assert record["payload_len"] == 64 and record["icrc_ok"] is True and record["ipv4_csum_ok"] is True
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_parse_pcap_rtl_matches_model(width):
+    """Every frame of two captures (one with bad ICRCs): the RTL's JSON equals the model's, line by line."""
+    for path in [capture_files(bad=False)[-1], capture_files(bad=True)[0]]:
+        rtl = netreduce("parse-pcap", str(path), "--width", str(width)).stdout.splitlines()
+        model = netreduce("parse-pcap", str(path), "--model").stdout.splitlines()
+        assert rtl == model
+        assert len(rtl) > 0 and all(set(json.loads(line)) >= _keys() for line in rtl)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_generate_writes_verilog_and_manifest(tmp_path, width):
+    out = tmp_path / "gen"
+    netreduce("generate", "--width", str(width), "--out", str(out))
+    verilog = (out / "netreduce_top.v").read_text()
+    assert "module netreduce_top" in verilog
+    manifest = json.loads((out / "netreduce_top.json").read_text())
+    ports = {port["name"]: port for port in manifest["ports"]}
+    assert ports["s_axis__tdata"] == {"name": "s_axis__tdata", "direction": "input", "width": width}
+    assert ports["m_axis__tkeep"]["width"] == width // 8 and ports["m_axis__tready"]["direction"] == "input"
+    for name in ports:
+        assert name in verilog
