@@ -164,7 +164,7 @@ class RoceDeparser(wiring.Component):
         side = _side_layout(nbytes)
 
         # --- serialize ----------------------------------------------------------------------------
-        m.submodules.plans = plans = SyncFIFOBuffered(width=plan_layout.size, depth=2)
+        m.submodules.plans = plans = SyncFIFOBuffered(width=plan_layout.size, depth=3)
         header, length, layout = serialize_header(m, self.hdr.payload, self.window_bytes)
         plan_in = Signal(plan_layout)
         m.d.comb += [

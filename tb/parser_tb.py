@@ -16,7 +16,7 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import RisingEdge, Timer
+from cocotb.triggers import RisingEdge, SimTimeoutError, Timer, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from netreduce.host.pcap import read_pcap
@@ -88,11 +88,14 @@ class TB:
             await self.source.send(AxiStreamFrame(frame))
 
     async def receive(self, count, timeout_cycles):
-        received = []
-        for _ in range(count):
-            frame = await self.sink.recv()
-            received.append(frame)
-        return received
+        """``count`` frames from the sink; fails (never hangs) if they take over ``timeout_cycles``."""
+        async def all_frames():
+            return [await self.sink.recv() for _ in range(count)]
+        try:
+            return await with_timeout(all_frames(), timeout_cycles * CLOCK_NS, "ns")
+        except SimTimeoutError:
+            raise AssertionError(f"fewer than {count} frames came out within {timeout_cycles} cycles; "
+                                 f"{self.sink.count()} waiting") from None
 
 
 def header_dict(value):
@@ -111,7 +114,7 @@ async def frames_against_model(dut):
     await tb.reset()
     frames = read_pcap(params["frames"])
     cocotb.start_soon(tb.send_all(frames))
-    received = await tb.receive(len(frames), timeout_cycles=100 * sum(len(f) for f in frames))
+    received = await tb.receive(len(frames), timeout_cycles=1000 + 20 * sum(len(f) for f in frames))
 
     failures = []
     for index, (frame, got) in enumerate(zip(frames, received)):
@@ -167,7 +170,7 @@ async def line_rate(dut):
                     stalls += 1
     counter = cocotb.start_soon(count())
     cocotb.start_soon(tb.send_all(frames))
-    await tb.receive(len(frames), timeout_cycles=100 * beats)
+    await tb.receive(len(frames), timeout_cycles=1000 + 4 * beats)
     await counter
     tb.log.info("line rate: %d beats accepted, %d stall cycles", accepted, stalls)
     assert stalls == 0, f"the input stalled for {stalls} cycles on {beats} back-to-back beats"
@@ -185,7 +188,7 @@ async def dump_records(dut):
     await tb.reset()
     frames = read_pcap(params["frames"])
     cocotb.start_soon(tb.send_all(frames))
-    await tb.receive(len(frames), timeout_cycles=100 * sum(len(f) for f in frames))
+    await tb.receive(len(frames), timeout_cycles=1000 + 4 * sum(len(f) for f in frames))
     assert len(tb.headers) == len(tb.verdicts) == len(frames)
     with open(params["out"], "w") as out:
         for header, verdict in zip(tb.headers, tb.verdicts):
