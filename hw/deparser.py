@@ -18,7 +18,7 @@ from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
 from ..wire import (AETH, BTH, DETH, ETH_MIN_FRAME, ETHERTYPE_VLAN, ICRC_BYTES, IETH, IMMDT, IPV4_HEADER,
                     IPV6_HEADER, RETH, UDP_HEADER, header_bytes)

@@ -17,7 +17,7 @@ The beat FIFO is deep enough for a frame's window to be decoded before its first
 back-to-back frames flow without bubbles; frames shorter than the window (runts) may slow the input.
 """
 
-from amaranth.hdl import C, Cat, Const, Elaboratable, Module, Mux, Signal, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -27,7 +27,7 @@ from ..wire import (AETH, BTH, DETH, ETH_HEADER, ETHERTYPE_IPV4, ETHERTYPE_IPV6,
                     IMMDT, IPV4_HEADER, IPV6_HEADER, MAX_HEADER_BYTES, OPCODES, RETH, ROCE_UDP_PORT,
                     UDP_HEADER, field_offsets, header_bytes)
 from .crc import ICRC_MASK_LAYOUTS, crc_update, icrc_beat_masks, residue_after
-from .stream import FrameBeat, ParsedHeader, PayloadBeat, Verdict, check_width, frame_stream, \
+from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, \
     header_stream, payload_stream
 
 __all__ = ["RoceParser", "FrameContext", "decode_window", "window_bytes_for", "keep_count",

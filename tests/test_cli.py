@@ -1,7 +1,6 @@
 """The `netreduce` command: help, user errors without tracebacks, parse-pcap (RTL and model), generate."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.pcap import write_pcap
 
-from captures import capture_files
+from references import capture_files
 
 SUBCOMMANDS = ["parse-pcap", "generate", "testfloat"]
 

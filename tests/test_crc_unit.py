@@ -5,7 +5,7 @@ import random
 import zlib
 
 import pytest
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
 from netreduce.host.icrc import ipv4_checksum as reference_checksum

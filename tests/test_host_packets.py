@@ -1,7 +1,6 @@
 """The host packet library: scapy layers against real captures, builders, ICRC, pcap."""
 
 import ipaddress
-import os
 import struct
 import zlib
 from pathlib import Path
@@ -21,22 +20,11 @@ from netreduce.host.packets import (AETH, BTH, DETH, IETH, RETH, CNPPadding, Imm
                                     build_roce_frame, dissect, roce_packet)
 from netreduce.host.pcap import read_pcap, read_pcap_timed, write_pcap
 from netreduce.host.strategies import KNOWN_OPCODES, UNKNOWN_OPCODES, roce_frames_with_args
-from netreduce.wire import OPCODES
-
-CAPTURES = Path(os.environ.get("NETREDUCE_CAPTURES")
-                or Path(__file__).resolve().parents[2] / "shared" / "captures")
 
 
-def _capture_files():
-    if not CAPTURES.is_dir():
-        raise FileNotFoundError(f"RoCE v2 captures not found at {CAPTURES} (set NETREDUCE_CAPTURES)")
-    files = sorted(CAPTURES.rglob("*.pcap"))
-    if not files:
-        raise FileNotFoundError(f"no .pcap files under {CAPTURES}")
-    return files
+from references import CAPTURES, capture_files, extensions_of, ones_complement_sum
 
-
-CAPTURE_FILES = _capture_files()
+CAPTURE_FILES = capture_files()
 
 
 def _id(path):
@@ -51,21 +39,10 @@ def _bad_icrc_file(path):
 
 LAYER_OF = {"deth": DETH, "reth": RETH, "aeth": AETH, "immdt": ImmDt, "ieth": IETH}
 EXT_BYTES = {"deth": 8, "reth": 16, "aeth": 4, "immdt": 4, "ieth": 4}
-ORDER = ("deth", "reth", "aeth", "immdt", "ieth")
 
 
-def expected_extensions(opcode):
-    info = OPCODES.get(opcode)
-    return [name for name in ORDER if info is not None and getattr(info, name)]
 
 
-def ones_complement_sum(data):
-    total = 0
-    for i in range(0, len(data), 2):
-        total += (data[i] << 8) | data[i + 1]
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
 
 
 def is_roce_udp(frame):
@@ -110,7 +87,7 @@ def test_capture_dissects_fully_and_reserializes(path):
         opcode = frame[42]
         assert bth.opcode == opcode
         chain = layers_after(bth)
-        names = expected_extensions(opcode)
+        names = extensions_of(opcode)
         # the extension headers, in wire order, then the payload (Raw, or CNPPadding for a CNP)
         assert [type(layer) for layer in chain[:len(names)]] == [LAYER_OF[n] for n in names], (index, chain)
         rest = chain[len(names):]
@@ -261,7 +238,7 @@ def test_built_frames_dissect_to_their_arguments(case):
     args, frame = case
     payload = args["payload"]
     pad = args.get("pad", -len(payload) % 4)
-    names = expected_extensions(args["opcode"])
+    names = extensions_of(args["opcode"])
     o = 18 if "vlan" in args else 14
     u = o + (40 if args["ipv6"] else 20)
     header = u + 8 + 12 + sum(EXT_BYTES[n] for n in names)
@@ -321,7 +298,7 @@ def test_every_opcode_builds_and_dissects(opcode):
     assert icrc_ok(frame)
     packet = dissect(frame)
     assert bytes(packet) == frame
-    names = expected_extensions(opcode)
+    names = extensions_of(opcode)
     assert [type(layer) for layer in layers_after(packet[BTH])[:len(names)]] == [LAYER_OF[n] for n in names]
 
 

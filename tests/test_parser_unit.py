@@ -5,7 +5,6 @@ tests exercise the Amaranth source directly, with idle cycles and backpressure.
 """
 
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -20,7 +19,7 @@ from netreduce.sim.amaranth_streams import (collect_frames, collect_records, run
                                             send_records)
 from netreduce.wire import PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
-from captures import capture_files
+from references import capture_files
 
 
 def header_dict(record):

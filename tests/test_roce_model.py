@@ -2,9 +2,7 @@
 
 import ipaddress
 import json
-import os
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,18 +20,13 @@ from netreduce.host.strategies import (MALFORMED_KINDS, malformed_frames, roce_f
 from netreduce.sim.roce_model import ParsedFrame, deparse_frame, frame_summary, parse_frame
 from netreduce.wire import OPCODES, PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
-CAPTURES = Path(os.environ.get("NETREDUCE_CAPTURES")
-                or Path(__file__).resolve().parents[2] / "shared" / "captures")
-if not CAPTURES.is_dir():
-    raise FileNotFoundError(f"RoCE v2 captures not found at {CAPTURES} (set NETREDUCE_CAPTURES)")
-CAPTURE_FILES = sorted(CAPTURES.rglob("*.pcap"))
-if not CAPTURE_FILES:
-    raise FileNotFoundError(f"no .pcap files under {CAPTURES}")
+from references import CAPTURES, EXTENSION_ORDER as ORDER, capture_files, extensions_of, ones_complement_sum
+
+CAPTURE_FILES = capture_files()
 
 NAMES = [name for name, _ in PARSED_HEADER_FIELDS]
 WIDTHS = dict(PARSED_HEADER_FIELDS)
 VERDICTS = [name for name, _ in PAYLOAD_VERDICT_FIELDS]
-ORDER = ("deth", "reth", "aeth", "immdt", "ieth")
 EXT_BYTES = {"deth": 8, "reth": 16, "aeth": 4, "immdt": 4, "ieth": 4}
 SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -46,18 +39,8 @@ def _bad_icrc_file(path):
     return "icrc_bad" in path.relative_to(CAPTURES).parts
 
 
-def ones_complement_sum(data):
-    total = 0
-    for i in range(0, len(data), 2):
-        total += (data[i] << 8) | data[i + 1]
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
 
 
-def extensions_of(opcode):
-    info = OPCODES.get(opcode)
-    return [name for name in ORDER if info is not None and getattr(info, name)]
 
 
 def mac(text):

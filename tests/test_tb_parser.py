@@ -14,7 +14,7 @@ from netreduce.host.pcap import read_pcap, write_pcap
 from netreduce.hw.top import ParserTop, RocePipelineTop
 from netreduce.sim.runner import available_simulators, run_cocotb
 
-from captures import capture_files
+from references import capture_files
 
 TOPS = {"parser": ParserTop, "pipeline": RocePipelineTop}
 SIMULATORS = available_simulators()
