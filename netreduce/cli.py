@@ -56,4 +56,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as ``python -m netreduce.cli``: this module is then ``__main__``, and the commands raise the
+    # UserError of ``netreduce.cli``, so hand over to that module
+    from netreduce.cli import main as package_main
+    sys.exit(package_main())

@@ -15,7 +15,7 @@ SUBCOMMANDS = ["parse-pcap", "generate", "testfloat"]
 
 
 def netreduce(*args, stdin=None, check=True):
-    result = subprocess.run([sys.executable, "-m", "netreduce.cli", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "netreduce", *args], capture_output=True, text=True,
                             input=stdin, timeout=600)
     if check:
         assert result.returncode == 0, result.stderr
@@ -43,7 +43,7 @@ def test_subcommand_help(name):
     ["generate", "--width", "32", "--out", "x"],
 ])
 def test_user_errors_are_one_line(tmp_path, args):
-    result = subprocess.run([sys.executable, "-m", "netreduce.cli", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "netreduce", *args], capture_output=True, text=True,
                             cwd=tmp_path)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
