@@ -92,7 +92,7 @@ class TB:
         async def all_frames():
             return [await self.sink.recv() for _ in range(count)]
         try:
-            return await with_timeout(all_frames(), timeout_cycles * CLOCK_NS, "ns")
+            return await with_timeout(all_frames(), round(timeout_cycles * CLOCK_NS * 1000), "ps")
         except SimTimeoutError:
             raise AssertionError(f"fewer than {count} frames came out within {timeout_cycles} cycles; "
                                  f"{self.sink.count()} waiting") from None
