@@ -23,6 +23,8 @@ WIDTHS = [64, 512]
 
 def run_frames(tmp_path, frames, *, top, width, simulator="verilator", testcase="frames_against_model",
                **knobs):
+    # a zero-byte frame has no AXI-Stream form (a MAC never delivers one): it is not sent
+    frames = [frame for frame in frames if frame]
     path = tmp_path / "frames.pcap"
     write_pcap(path, frames)
     return run_cocotb(TOPS[top](width), name=f"{top}_top", test_module="netreduce.tb.parser_tb",
@@ -60,8 +62,7 @@ def test_line_rate_on_captures(tmp_path, top, width):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
 @settings(max_examples=3, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+          suppress_health_check=list(HealthCheck))
 @given(frames=st.lists(roce_st.roce_frames(max_payload=4096), min_size=20, max_size=40))
 def test_hypothesis_frames(tmp_path, top, width, frames):
     """Generated RoCE frames of every opcode and of payload sizes 0..4096."""
@@ -71,8 +72,7 @@ def test_hypothesis_frames(tmp_path, top, width, frames):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
 @settings(max_examples=2, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+          suppress_health_check=list(HealthCheck))
 @given(frames=st.lists(st.one_of(roce_st.malformed_frames().map(lambda bad: bad.frame),
                                  roce_st.roce_frames(max_payload=256)), min_size=60, max_size=100))
 def test_malformed(tmp_path, top, width, frames):
