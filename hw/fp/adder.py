@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ...sim.fp import get_format
-from .pipeline import Pipeline, choose_cuts, lzc, thermometer
+from .pipeline import choose_cuts, lzc, stream_pipeline, thermometer
 
 __all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", "check_format"]
 
@@ -226,13 +226,7 @@ class FPAdder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        if self.backpressure:
-            en = ~self.o.valid | self.o.ready
-            m.d.comb += self.i.ready.eq(en)
-        else:
-            en = None
-            m.d.comb += self.i.ready.eq(1)
-        pipe = Pipeline(m, en)
+        pipe = stream_pipeline(m, self.i, self.o, self.backpressure)
         result = adder_datapath(pipe, self.fmt, self.i.payload.a, self.i.payload.b,
                                 stages=self.stages, ftz=self.ftz)
         m.d.comb += [

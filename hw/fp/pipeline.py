@@ -10,7 +10,7 @@ enable, so a whole pipeline stalls as one (backpressure) and otherwise accepts o
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
 from amaranth.utils import ceil_log2
 
-__all__ = ["Pipeline", "choose_cuts", "lzc", "thermometer"]
+__all__ = ["stream_pipeline", "Pipeline", "choose_cuts", "lzc", "thermometer"]
 
 
 def choose_cuts(stages, priority, what):
@@ -109,3 +109,15 @@ def thermometer(amount, width):
     """A ``width``-bit mask whose bit i is set when ``amount > i``."""
     amount = Value.cast(amount)
     return Cat(*(amount > i for i in range(width)))
+
+
+def stream_pipeline(m, i, o, backpressure):
+    """A :class:`Pipeline` between streams ``i`` and ``o``: with ``backpressure`` the whole pipeline
+    advances when ``o`` can take a result (``i.ready`` follows); without, it always advances."""
+    if backpressure:
+        enable = ~o.valid | o.ready
+        m.d.comb += i.ready.eq(enable)
+    else:
+        enable = None
+        m.d.comb += i.ready.eq(1)
+    return Pipeline(m, enable)

@@ -29,7 +29,7 @@ from amaranth.utils import ceil_log2
 from ...sim.fp import FP32
 from .adder import MAX_ADDER_STAGES, adder_datapath, check_format
 from .convert import NARROW_BOUNDARIES, narrow_datapath, widen
-from .pipeline import Pipeline, choose_cuts
+from .pipeline import stream_pipeline
 
 __all__ = ["AdderTree", "MAX_INPUTS"]
 
@@ -109,13 +109,7 @@ class AdderTree(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        if self.backpressure:
-            en = ~self.o.valid | self.o.ready
-            m.d.comb += self.i.ready.eq(en)
-        else:
-            en = None
-            m.d.comb += self.i.ready.eq(1)
-        pipe = Pipeline(m, en)
+        pipe = stream_pipeline(m, self.i, self.o, self.backpressure)
         ew = self.fmt.width
         mask = self.i.payload.mask
         inputs = self.i.payload.data
