@@ -17,8 +17,12 @@ __all__ = [
     "ROCE_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6", "ETHERTYPE_VLAN", "ETH_MIN_FRAME",
     "ETH_HEADER", "VLAN_TAG", "IPV4_HEADER", "IPV6_HEADER", "UDP_HEADER", "BTH", "RETH", "DETH",
     "AETH", "IMMDT", "IETH", "ICRC_BYTES", "field_offsets", "header_bytes",
+    "pack_header", "unpack_header",
     "Transport", "OpcodeInfo", "OPCODES", "opcode_info", "EXTENSION_ORDER", "MAX_HEADER_BYTES",
     "PARSED_HEADER_FIELDS", "PAYLOAD_VERDICT_FIELDS",
+    "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES",
+    "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType",
+    "PSN_MODULUS", "psn_distance", "RC_WRITE_OPCODES", "AethSyndrome",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -61,6 +65,31 @@ def field_offsets(table):
         offsets[name] = (position, width)
         position += width
     return offsets
+
+
+def pack_header(table, values):
+    """The wire bytes of a header: ``values`` maps field names to ints (missing fields are 0); a value too
+    wide for its field raises ``ValueError``."""
+    word = 0
+    for name, width in table:
+        value = values.get(name, 0)
+        if not 0 <= value < 1 << width:
+            raise ValueError(f"{name}={value} does not fit in {width} bits")
+        word = (word << width) | value
+    return word.to_bytes(header_bytes(table), "big")
+
+
+def unpack_header(table, data):
+    """``{name: int}`` from the first bytes of ``data`` (network order); ``ValueError`` if it is too short."""
+    size = header_bytes(table)
+    if len(data) < size:
+        raise ValueError(f"a header of {size} bytes does not fit in {len(data)} bytes")
+    word = int.from_bytes(data[:size], "big")
+    values, shift = {}, size * 8
+    for name, width in table:
+        shift -= width
+        values[name] = (word >> shift) & ((1 << width) - 1)
+    return values
 
 
 def header_bytes(table):
@@ -195,3 +224,58 @@ PAYLOAD_VERDICT_FIELDS = [
     ("ipv4_csum_ok", 1),    # ip_version 4 and the 20 header bytes sum to 0xFFFF
     ("len_ok", 1),          # roce = 0, or the frame holds the IP packet and the lengths agree
 ]
+
+
+# --- NetReduce's own formats (docs/ARCHITECTURE.md, "Aggregation") ---------------------------------------
+
+# The aggregation header: the first bytes of the payload of a message's first packet.
+AGG_HEADER = [
+    ("magic", 16), ("version", 8), ("dtype", 8), ("job", 16), ("priority", 8), ("flags", 8),
+    ("msg_seq", 32), ("elements", 32),
+]
+AGG_MAGIC = 0x4E52          # "NR"
+AGG_VERSION = 1
+AGG_HEADER_BYTES = header_bytes(AGG_HEADER)
+DTYPE_CODES = {"fp32": 0, "bf16": 1, "fp16": 2}     # the ``dtype`` field, by netreduce.sim.fp format name
+
+# Control packets between the switch and the hosts' libraries: the UDP payload.
+CONTROL_PACKET = [
+    ("magic", 16), ("version", 8), ("type", 8), ("job", 16), ("worker", 8), ("reserved", 8),
+    ("value", 32),
+]
+CONTROL_MAGIC = 0x4E43      # "NC"
+CONTROL_VERSION = 1
+CONTROL_PORT = 4792         # default UDP port (source and destination) of control packets
+
+
+class ControlType(IntEnum):
+    CREDIT = 1              # switch to host: ``value`` = the highest message sequence number allowed
+    CREDIT_REQUEST = 2      # host to switch: please send my CREDIT again
+
+
+# --- RC transport rules shared by the endpoints and the switch -------------------------------------------
+
+PSN_MODULUS = 1 << 24
+
+
+def psn_distance(psn, reference):
+    """``psn - reference`` modulo 2^24, as a signed number in [-2^23, 2^23): positive when ``psn`` is
+    ahead of ``reference`` (IBA 9.7.2: PSNs compare within half the PSN space)."""
+    d = (psn - reference) % PSN_MODULUS
+    return d - PSN_MODULUS if d >= PSN_MODULUS // 2 else d
+
+
+# RC RDMA WRITE opcodes: name -> opcode (IBA table 38)
+RC_WRITE_OPCODES = {
+    "FIRST": 0x06, "MIDDLE": 0x07, "LAST": 0x08, "LAST_WITH_IMMEDIATE": 0x09,
+    "ONLY": 0x0A, "ONLY_WITH_IMMEDIATE": 0x0B,
+}
+
+
+class AethSyndrome(IntEnum):
+    """AETH syndromes (IBA 9.7.5.2.8): the top three bits say ACK (000), RNR NAK (001) or NAK (011)."""
+    ACK_NO_CREDIT_LIMIT = 0x1F      # ACK with the "invalid credit" count: no end-to-end flow control
+    NAK_PSN_SEQUENCE_ERROR = 0x60
+    NAK_INVALID_REQUEST = 0x61
+    NAK_REMOTE_ACCESS_ERROR = 0x62
+    NAK_REMOTE_OPERATIONAL_ERROR = 0x63
