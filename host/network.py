@@ -1,0 +1,320 @@
+"""A network of emulated RoCE v2 hosts around a switch engine, as a discrete-event simulation.
+
+Hosts carry the workers of every job (worker ``w`` of each job on host ``w``); host ``h`` hangs on switch
+port ``h mod P``. Each port is a full-duplex cable that its hosts share (a :class:`Link` each way: a rate, a
+propagation delay, one frame at a time), and each host has a
+:class:`~netreduce.host.faults.FaultInjector` on its side of the port in each direction ("host to switch",
+"switch to host"). The switch is an *engine*: :class:`ModelEngine` runs the golden model
+(:mod:`netreduce.sim.switch_model`); an RTL engine drives the generated Verilog from a cocotb testbench
+through the same two calls: the network calls ``engine.inject(port, frame, now)`` when a frame reaches
+the switch, and the engine calls ``network.from_switch(port, frame)`` at the simulated time a frame
+leaves it.
+
+Time is in integer nanoseconds. :func:`build_allreduce` sets up jobs, connections and workers from a few
+numbers; :meth:`Network.run` runs until every worker holds its result, a queue pair fails, or the time
+limit passes, and :meth:`Network.summary` reports what happened.
+"""
+
+import heapq
+import itertools
+from collections import Counter
+import numpy as np
+
+from netreduce.host.faults import FaultInjector, FaultSpec
+from netreduce.host.protocol import parse_control_payload
+from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder
+from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dtype
+from netreduce.sim.fp import get_format, random_operands, tree_sum
+from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
+
+__all__ = ["Network", "ModelEngine", "Link", "build_allreduce", "expected_sum", "WIRE_OVERHEAD",
+           "CLOCK_NS"]
+
+WIRE_OVERHEAD = 24      # bytes per frame on the wire besides the frame: preamble 8, FCS 4, gap 12
+# the datapath clock of each width: XGMII's 156.25 MHz, the 100G CMAC's 322.265625 MHz
+CLOCK_NS = {64: 6.4, 512: 1e3 / 322.265625}
+LINK_GBPS = {64: 10, 512: 100}
+
+
+class Link:
+    """One direction of a switch port's cable: frames leave one after another at ``gbps`` and arrive
+    ``delay_ns`` later. Every host on the port shares it."""
+
+    def __init__(self, network, gbps, delay_ns, beat_bytes):
+        self.network = network
+        self.ns_per_byte = 8 / gbps
+        self.delay_ns = delay_ns
+        self.beat_bytes = beat_bytes
+        self.free_at = 0
+        self.frames = self.bytes = self.beats = 0
+
+    def send(self, frame, deliver, *args):
+        start = max(self.network.now, self.free_at)
+        self.free_at = start + round((len(frame) + WIRE_OVERHEAD) * self.ns_per_byte)
+        self.frames += 1
+        self.bytes += len(frame)
+        self.beats += -(-len(frame) // self.beat_bytes)
+        self.network.at(self.free_at + self.delay_ns, deliver, *args, frame)
+
+
+class ModelEngine:
+    """The golden model as the switch: each frame is processed when it arrives, ``latency_ns`` later the
+    frames it causes leave."""
+
+    name = "model"
+
+    def __init__(self, config, latency_ns=200):
+        self.model = SwitchModel(config)
+        self.latency_ns = latency_ns
+        self.network = None
+
+    @property
+    def counters(self):
+        return self.model.counters
+
+    def inject(self, port, frame, now):
+        for out_port, out_frame in self.model.receive(port, frame):
+            self.network.at(now + self.latency_ns, self.network.from_switch, out_port, out_frame)
+
+
+class _Host:
+    def __init__(self, network, index, address, port, faults_up, faults_down, seed):
+        self.network, self.index, self.address, self.port = network, index, address, port
+        self.faults_up = FaultInjector(faults_up, seed=seed, name=f"host{index}->switch")
+        self.faults_down = FaultInjector(faults_down, seed=seed, name=f"switch->host{index}")
+        self.memory = Memory()
+        self.requesters, self.responders = {}, {}    # by local QPN
+        self.workers = []
+        self.stats = Counter()
+        self.wakeup = None
+
+    def receive(self, frame, now):
+        from netreduce.sim.roce_model import parse_frame
+        parsed = parse_frame(frame)
+        h = parsed.header
+        if h["roce"]:
+            qpn = h["bth_dest_qp"]
+            if qpn in self.requesters:
+                self.requesters[qpn].receive(frame, now)
+            elif qpn in self.responders:
+                for reply in self.responders[qpn].receive(frame, now):
+                    self.send(reply, now)
+            else:
+                self.stats["unknown_qp"] += 1
+        elif h["ip_version"] == 4 and h["ip_proto"] == 17 and h["udp_dport"] == self.network.control_port:
+            message = parse_control_payload(parsed.payload[14 + 4 * h["vlan_valid"] + 28:])
+            for worker in self.workers:
+                if message is not None:
+                    worker.on_control(message)
+            self.stats["control"] += 1
+        else:
+            self.stats["other"] += 1
+        self.service(now)
+
+    def send(self, frame, now):
+        """Out of the host: the faults of its side, then the switch port's shared ingress link."""
+        ingress = self.network.ingress[self.port]
+        for extra, copy in self.faults_up.apply(frame):
+            self.network.at(now + extra, ingress.send, copy, self.network.into_switch, self.port)
+
+    def from_switch(self, frame):
+        """Off the port's egress link: the faults of the host's side, then the host."""
+        for extra, copy in self.faults_down.apply(frame):
+            self.network.at(self.network.now + extra, self._arrive, copy)
+
+    def _arrive(self, frame):
+        self.receive(frame, self.network.now)
+
+    def service(self, now):
+        for worker in self.workers:
+            for frame in worker.pump(now):
+                self.send(frame, now)
+        for requester in self.requesters.values():
+            for frame in requester.poll(now):
+                self.send(frame, now)
+        for worker in self.workers:          # completions the polls just produced
+            worker.pump(now)
+        timers = [t for t in itertools.chain((r.next_timer() for r in self.requesters.values()),
+                                             (w.next_timer() for w in self.workers)) if t is not None]
+        if timers:
+            wake = max(min(timers), now + 1)
+            if self.wakeup is None or wake < self.wakeup or self.wakeup <= now:
+                self.wakeup = wake
+                self.network.at(wake, self._wake)
+
+    def _wake(self):
+        if self.wakeup is not None and self.wakeup <= self.network.now:
+            self.wakeup = None
+        self.service(self.network.now)
+
+
+class Network:
+    def __init__(self, engine, switch_config, hosts, *, gbps=10, delay_ns=500, faults_up=None,
+                 faults_down=None, seed=0, beat_bytes=8):
+        self.engine, self.switch_config = engine, switch_config
+        self.control_port = switch_config.control_port
+        self.now = 0
+        self._events, self._order = [], itertools.count()
+        self.hosts = [_Host(self, i, address, i % switch_config.ports, faults_up, faults_down, seed)
+                      for i, address in enumerate(hosts)]
+        self.ingress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
+        self.egress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
+        self._host_by_mac = {address.mac: host for address, host in zip(hosts, self.hosts)}
+        self.unroutable = 0
+        self.workers = []
+        engine.network = self
+
+    def at(self, time, action, *args):
+        heapq.heappush(self._events, (time, next(self._order), action, args))
+
+    def into_switch(self, port, frame):
+        self.engine.inject(port, frame, self.now)
+
+    def from_switch(self, port, frame):
+        """A frame leaves the switch on ``port`` now: down the port's egress link to the host that owns
+        its destination MAC (a frame for no host on that port is counted as unroutable)."""
+        host = self._host_by_mac.get(int.from_bytes(frame[:6], "big"))
+        if host is None or host.port != port:
+            self.unroutable += 1
+            return
+        self.egress[port].send(frame, host.from_switch)
+
+    @property
+    def done(self):
+        return all(w.done for w in self.workers)
+
+    @property
+    def failed(self):
+        return [w for w in self.workers if w.failed]
+
+    def run(self, *, time_limit_ns=10**10, progress=None):
+        """Run until every worker is done, one fails, nothing is left to happen or time runs out.
+
+        Returns ``"done"``, ``"failed"``, ``"stalled"`` (no event left: a deadlock) or ``"timeout"``.
+        """
+        for host in self.hosts:
+            self.at(0, host.service, 0)
+        status = "stalled"
+        while self._events:
+            time, _, action, args = heapq.heappop(self._events)
+            if time > time_limit_ns:
+                status = "timeout"
+                break
+            self.now = time
+            action(*args)
+            if progress is not None:
+                progress(self)
+            if self.done:
+                status = "done"
+                break
+            if self.failed:
+                status = "failed"
+                break
+        self.status = status
+        return status
+
+    def summary(self):
+        up, down = self.ingress, self.egress
+        faults = Counter()
+        for host in self.hosts:
+            for side, injector in (("up", host.faults_up), ("down", host.faults_down)):
+                for kind, count in injector.counts.items():
+                    faults[f"{side}_{kind}"] += count
+        retransmissions = sum(r.stats.get("retransmitted_packets", 0)
+                              for host in self.hosts for r in host.requesters.values())
+        counters = dict(self.engine.counters)
+        return {
+            "status": self.status,
+            "time_ns": self.now,
+            "host_to_switch": {"packets": sum(l.frames for l in up), "bytes": sum(l.bytes for l in up),
+                               "beats": sum(l.beats for l in up)},
+            "switch_to_host": {"packets": sum(l.frames for l in down), "bytes": sum(l.bytes for l in down),
+                               "beats": sum(l.beats for l in down)},
+            "retransmissions": retransmissions,
+            "credit_requests": sum(w.credit_requests for w in self.workers),
+            "drops": {**{k: v for k, v in counters.items() if k.startswith("drop_")}, **dict(faults),
+                      "unroutable": self.unroutable},
+            "switch": counters,
+            "errors": [e for w in self.workers for e in w.errors]
+                      + [f"job {w.job.job} worker {w.index}: {w.requester.error}"
+                         for w in self.workers if w.requester.error],
+        }
+
+
+def expected_sum(job, inputs):
+    """The golden model's all-reduce of ``inputs`` (workers x elements bit patterns): the tree sum."""
+    if inputs.shape[1] == 0:
+        return np.zeros(0, dtype=inputs.dtype)
+    return tree_sum(get_format(job.dtype), inputs, ftz=job.ftz).astype(inputs.dtype)
+
+
+def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, ports=1, message_packets=4,
+                    message_slots=4, seed=0, inputs=None, faults_up=None, faults_down=None, engine=None,
+                    width=64, delay_ns=500, timeout_ns=1_000_000, retry_limit=7, max_outstanding=64,
+                    credit_timeout_ns=1_000_000, start_psn=None):
+    """Jobs of ``workers`` workers each all-reducing ``nbytes`` bytes, around a switch engine (the golden
+    model unless ``engine`` is a factory taking the :class:`SwitchConfig`). ``inputs``: ``{job: array
+    (workers, elements)}`` of bit patterns, else random gradients from ``seed``. Returns
+    ``(network, jobs, inputs)``."""
+    rng = np.random.default_rng(seed)
+    fmt = get_format(dtype)
+    hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
+    switch_mac, switch_ip = 0x02_4E_52_00_00_01, "10.0.255.1"
+    job_configs = [JobConfig(job=j, workers=workers, dtype=dtype, mtu=mtu, message_packets=message_packets,
+                             message_slots=message_slots) for j in range(jobs)]
+    qpn = itertools.count(0x100)
+    plans = []      # (job, worker, requester qpn, responder qpn, start psn)
+    for job in job_configs:
+        for w in range(workers):
+            psn = int(rng.integers(0, 1 << 24)) if start_psn is None else (start_psn + 7 * w) % (1 << 24)
+            plans.append((job, w, next(qpn), next(qpn), psn))
+    connections = [ConnectionConfig(job.job, w, hosts[w].mac, hosts[w].ip, rq,
+                                    hosts[(w + 1) % workers].mac, hosts[(w + 1) % workers].ip, rs, psn)
+                   for job, w, rq, rs, psn in plans]
+    config = SwitchConfig(mac=switch_mac, ip=switch_ip, ports=ports,
+                          forwarding={h.mac: i % ports for i, h in enumerate(hosts)},
+                          jobs=job_configs, connections=connections)
+    engine = (engine or ModelEngine)(config)
+    network = Network(engine, config, hosts, gbps=LINK_GBPS[width], delay_ns=delay_ns,
+                      faults_up=faults_up or FaultSpec(), faults_down=faults_down or FaultSpec(), seed=seed,
+                      beat_bytes=width // 8)
+    element = tensor_dtype(dtype)
+    elements = nbytes // element.itemsize
+    if inputs is None:
+        inputs = {job.job: random_operands(fmt, workers * elements, rng).astype(element)
+                  .reshape(workers, elements) for job in job_configs}
+    switch = HostAddress(switch_mac, switch_ip)
+    for job, w, rq, rs, psn in plans:
+        sender, peer = network.hosts[w], network.hosts[(w + 1) % workers]
+        stride = job.message_packets * job.mtu
+        size = max(1, len(message_layout(job, elements))) * stride
+        rkey = 0x1000 + rs
+        recv_va = 0x10_0000_0000 * (job.job + 1) + 0x1_0000_0000 * w
+        peer.memory.register(recv_va, size, rkey)
+        requester = RcRequester(Endpoint(sender.address.mac, sender.address.ip, rq),
+                                Endpoint(peer.address.mac, peer.address.ip, rs), start_psn=psn, mtu=mtu,
+                                max_outstanding=max_outstanding, timeout_ns=timeout_ns,
+                                retry_limit=retry_limit)
+        responder = RcResponder(Endpoint(peer.address.mac, peer.address.ip, rs),
+                                Endpoint(sender.address.mac, sender.address.ip, rq), start_psn=psn,
+                                mtu=mtu, memory=peer.memory)
+        sender.requesters[rq] = requester
+        peer.responders[rs] = responder
+    # the worker on host w sends on its own connection and receives on connection w - 1
+    by_plan = {(job.job, w): (rq, rs) for job, w, rq, rs, _ in plans}
+    for job in job_configs:
+        data = np.asarray(inputs[job.job], dtype=element)
+        if data.shape[0] != workers:
+            raise ValueError(f"job {job.job}: {data.shape[0]} input tensors for {workers} workers")
+        for w in range(workers):
+            host = network.hosts[w]
+            rq, rs_out = by_plan[(job.job, w)]
+            _, rs_in = by_plan[(job.job, (w - 1) % workers)]
+            worker = Worker(job, w, data[w], requester=host.requesters[rq], responder=host.responders[rs_in],
+                            memory=host.memory, send_va=0x10_0000_0000 * (job.job + 1) + 0x1_0000_0000 * w,
+                            send_rkey=0x1000 + rs_out, recv_va=0x10_0000_0000 * (job.job + 1)
+                            + 0x1_0000_0000 * ((w - 1) % workers), host=host.address, switch=switch,
+                            control_port=config.control_port, credit_timeout_ns=credit_timeout_ns)
+            host.workers.append(worker)
+            network.workers.append(worker)
+    return network, job_configs, {job.job: np.asarray(inputs[job.job], dtype=element) for job in job_configs}

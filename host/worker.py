@@ -1,0 +1,154 @@
+"""The worker API: a gradient tensor in, the all-reduced tensor out, over RoCE v2 RC through the switch.
+
+Worker ``w`` of a job owns two RC queue pairs (``netreduce.host.rc``): the requester of its own
+connection, which RDMA-WRITEs its messages to the peer host ``(w + 1) mod N``, and the responder of
+connection ``w - 1``, into which the switch delivers the sums (docs/ARCHITECTURE.md, "Aggregation").
+
+- **Messages.** The tensor's little-endian bytes are cut into messages of at most
+  ``message_packets * mtu - 16`` bytes of whole elements; message ``s`` is the 16-byte aggregation header
+  (job, ``s``, element count, dtype, priority) followed by its elements, written to the peer's receive
+  buffer at ``recv_va + s * message_packets * mtu``.
+- **Credits.** The worker starts message ``s`` only while ``s`` is at most the highest sequence number
+  the switch allowed (``message_slots - 1`` before any CREDIT arrives). While it waits for a credit, it
+  sends a CREDIT_REQUEST every ``credit_timeout_ns``, so that a lost CREDIT cannot stall it for ever.
+- **Results.** Each message that the responder delivers is read back from the receive buffer, its
+  aggregation header checked and skipped, and its elements stored at their place in ``result``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame
+from netreduce.sim.fp import get_format
+from netreduce.wire import AGG_HEADER_BYTES, ControlType
+
+__all__ = ["HostAddress", "Worker", "message_layout", "tensor_dtype"]
+
+
+@dataclass(frozen=True)
+class HostAddress:
+    mac: int
+    ip: str
+
+
+def tensor_dtype(dtype):
+    """The numpy dtype that holds a tensor of ``dtype`` (fp32, bf16, fp16) as little-endian bit patterns."""
+    return np.dtype("<u4") if get_format(dtype).width == 32 else np.dtype("<u2")
+
+
+def message_layout(job, elements):
+    """``[(first element, element count), ...]`` of the messages of a tensor of ``elements`` elements."""
+    size = tensor_dtype(job.dtype).itemsize
+    per_message = (job.message_packets * job.mtu - AGG_HEADER_BYTES) // size
+    return [(start, min(per_message, elements - start)) for start in range(0, elements, per_message)]
+
+
+class Worker:
+    """One worker of one job. ``tensor`` holds element bit patterns (see :func:`tensor_dtype`)."""
+
+    def __init__(self, job, index, tensor, *, requester, responder, memory, send_va, send_rkey, recv_va,
+                 host, switch, control_port, priority=0, credit_timeout_ns=50_000):
+        self.job, self.index = job, index
+        self.tensor = np.ascontiguousarray(tensor, dtype=tensor_dtype(job.dtype))
+        self.requester, self.responder, self.memory = requester, responder, memory
+        self.send_va, self.send_rkey, self.recv_va = send_va, send_rkey, recv_va
+        self.host, self.switch, self.control_port = host, switch, control_port
+        self.priority = priority
+        self.credit_timeout_ns = credit_timeout_ns
+        self.layout = message_layout(job, len(self.tensor))
+        self.stride = job.message_packets * job.mtu
+        self.allowed = job.message_slots - 1         # the highest message sequence number allowed
+        self.next_seq = 0                            # the next message to post
+        self.completed = 0                           # own messages acknowledged end to end
+        self.result = np.zeros_like(self.tensor)
+        self.received = set()
+        self.errors = []
+        self._waiting_since = None                   # when the worker started waiting for a credit
+        self._last_request = None
+        self.credit_requests = 0
+
+    # --- state ------------------------------------------------------------------------------------------
+
+    @property
+    def messages(self):
+        return len(self.layout)
+
+    @property
+    def done(self):
+        return len(self.received) == self.messages and self.completed == self.messages
+
+    @property
+    def failed(self):
+        return self.requester.error is not None or bool(self.errors)
+
+    # --- driving ------------------------------------------------------------------------------------------
+
+    def pump(self, now):
+        """Post every message the credits allow; return control frames to send (credit requests)."""
+        while self.next_seq < self.messages and self.next_seq <= self.allowed:
+            start, count = self.layout[self.next_seq]
+            header = AggHeader(self.job.job, self.next_seq, count, self.job.dtype, self.priority)
+            data = header.pack() + self.tensor[start:start + count].tobytes()
+            self.requester.post_write(data, va=self.send_va + self.next_seq * self.stride,
+                                      rkey=self.send_rkey)
+            self.next_seq += 1
+        self.completed += self._drain(self.requester.completions)
+        for va, length, _immediate in self._take(self.responder.completions):
+            self._deliver(va, length)
+        if self.next_seq < self.messages and self.next_seq > self.allowed:
+            if self._waiting_since is None:
+                self._waiting_since = now
+            last = self._last_request if self._last_request is not None else self._waiting_since
+            if now - last >= self.credit_timeout_ns:
+                self._last_request = now
+                self.credit_requests += 1
+                return [self._credit_request()]
+        else:
+            self._waiting_since = self._last_request = None
+        return []
+
+    def next_timer(self):
+        """When :meth:`pump` must run again to send a credit request (``None``: no need)."""
+        if self._waiting_since is None:
+            return None
+        last = self._last_request if self._last_request is not None else self._waiting_since
+        return last + self.credit_timeout_ns
+
+    def on_control(self, message):
+        if (message.type == ControlType.CREDIT and message.job == self.job.job
+                and message.worker == self.index):
+            self.allowed = max(self.allowed, message.value)
+
+    # --- internals ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _take(queue):
+        items = list(queue)
+        queue.clear()
+        return items
+
+    def _drain(self, queue):
+        return len(self._take(queue))
+
+    def _credit_request(self):
+        message = ControlMessage(ControlType.CREDIT_REQUEST, self.job.job, self.index)
+        return build_control_frame(message, src_mac=self.host.mac, dst_mac=self.switch.mac,
+                                   src_ip=self.host.ip, dst_ip=self.switch.ip, port=self.control_port)
+
+    def _deliver(self, va, length):
+        seq, offset = divmod(va - self.recv_va, self.stride)
+        data = self.memory.read(va, length)
+        header = AggHeader.unpack(data)
+        if (offset or not 0 <= seq < self.messages or header is None or header.msg_seq != seq
+                or header.job != self.job.job):
+            self.errors.append(f"worker {self.index}: unexpected message at va {va:#x} ({length} bytes)")
+            return
+        start, count = self.layout[seq]
+        body = data[AGG_HEADER_BYTES:]
+        if header.elements != count or len(body) != count * self.result.itemsize:
+            self.errors.append(f"worker {self.index}: message {seq} has {header.elements} elements, "
+                               f"{len(body)} bytes; expected {count}")
+            return
+        self.result[start:start + count] = np.frombuffer(body, dtype=self.result.dtype)
+        self.received.add(seq)

@@ -1,0 +1,220 @@
+"""``netreduce simulate``: one all-reduce of emulated RoCE v2 workers through the switch, with faults.
+
+Every worker of every job sends B bytes of gradients (random from the seed, or ``--input``) through RC
+connections to its ring neighbour; the switch sums them; every worker receives the sum. Prints one JSON
+summary: packets and bytes per direction, retransmissions, drops by reason, clocks, throughput in beats
+per clock per port, and ``match`` (whether every worker's result equals the golden model's tree sum, bit
+for bit).
+"""
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from ..cli import UserError
+
+__all__ = ["register", "run", "load_inputs"]
+
+
+def _probability(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise _argument_error(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise _argument_error(f"{value} is not a probability between 0 and 1")
+    return value
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise _argument_error(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise _argument_error(f"{value} must be at least 1")
+    return value
+
+
+def _non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise _argument_error(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise _argument_error(f"{value} must not be negative")
+    return value
+
+
+def _argument_error(message):
+    import argparse
+    return argparse.ArgumentTypeError(message)
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("simulate", help="run an all-reduce of emulated RoCE workers through the "
+                                   "switch and print a JSON summary", description=__doc__)
+    parser.add_argument("--workers", type=_positive, required=True, metavar="N", help="workers per job")
+    parser.add_argument("--bytes", type=_non_negative, metavar="B",
+                        help="gradient bytes per worker (required unless --input is given)")
+    parser.add_argument("--mtu", type=int, choices=(256, 512, 1024, 2048, 4096), default=1024,
+                        help="RoCE path MTU in bytes (default 1024)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--loss", type=_probability, default=0.0, metavar="P",
+                        help="loss probability per frame, on both sides of the switch")
+    parser.add_argument("--dup", type=_probability, default=0.0, metavar="P", help="duplication probability")
+    parser.add_argument("--reorder", type=_probability, default=0.0, metavar="P",
+                        help="probability that a frame is held back and overtaken")
+    parser.add_argument("--corrupt", type=_probability, default=0.0, metavar="P",
+                        help="probability of a bit flip that the ICRC catches")
+    parser.add_argument("--jobs", type=_positive, default=1, metavar="J", help="concurrent jobs")
+    parser.add_argument("--ports", type=_positive, default=1, metavar="P", help="switch ports")
+    parser.add_argument("--width", type=int, choices=(64, 512), default=64, help="datapath width in bits")
+    parser.add_argument("--engine", choices=("model", "rtl"), default="model",
+                        help="the switch: the golden model or the generated Verilog")
+    parser.add_argument("--message-packets", type=_positive, default=4, metavar="M",
+                        help="most packets per message (default 4)")
+    parser.add_argument("--message-slots", type=_positive, default=4, metavar="K",
+                        help="messages per job in the switch at once: the credit window (default 4)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S")
+    parser.add_argument("--input", metavar="FILE.npz",
+                        help="gradients: one array per worker (in key order); floats are rounded to "
+                             "--dtype, unsigned integers are taken as bit patterns")
+    parser.add_argument("--dump", metavar="FILE.npz",
+                        help="write each job's and worker's input and received result")
+    parser.add_argument("--time-limit-ms", type=float, default=1000.0, metavar="T",
+                        help="simulated time after which the run stops with status \"timeout\"")
+    parser.set_defaults(func=run)
+
+
+def load_inputs(path, workers, dtype):
+    """The ``(workers, elements)`` bit patterns of an ``.npz`` with one array per worker."""
+    import numpy as np
+
+    from ..host.worker import tensor_dtype
+    from ..sim.fp import from_float64, get_format
+    try:
+        archive = np.load(path)
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read {path} as an .npz file: {error}") from None
+    keys = sorted(archive.files)
+    if len(keys) != workers:
+        raise UserError(f"{path} holds {len(keys)} arrays for {workers} workers")
+    arrays = [np.asarray(archive[key]).ravel() for key in keys]
+    if len({a.size for a in arrays}) != 1:
+        raise UserError(f"the arrays of {path} differ in length")
+    bits = tensor_dtype(dtype)
+    rows = []
+    for key, array in zip(keys, arrays):
+        if array.dtype.kind == "f":
+            rows.append(from_float64(get_format(dtype), array.astype(np.float64)).astype(bits))
+        elif array.dtype.kind == "u" and array.dtype.itemsize == bits.itemsize:
+            rows.append(array.astype(bits))
+        else:
+            raise UserError(f"array {key!r} of {path}: {array.dtype} is neither float nor "
+                            f"uint{8 * bits.itemsize}")
+    return np.stack(rows)
+
+
+def _bit_view(dtype):
+    import numpy as np
+    return {"fp32": np.float32, "fp16": np.float16}.get(dtype)
+
+
+def run(args):
+    import numpy as np
+
+    from ..host.faults import FaultSpec
+    from ..host.network import CLOCK_NS, build_allreduce, expected_sum
+
+    if args.engine == "rtl":
+        raise UserError("the RTL engine needs the NetReduceSwitch RTL, which is not built yet; "
+                        "use --engine model")
+    if args.bytes is None and args.input is None:
+        raise UserError("give --bytes B or --input FILE.npz")
+    element = 4 if args.dtype == "fp32" else 2
+    inputs = None
+    if args.input is not None:
+        if not Path(args.input).is_file():
+            raise UserError(f"no such file: {args.input}")
+        data = load_inputs(args.input, args.workers, args.dtype)
+        inputs = {job: data for job in range(args.jobs)}
+        nbytes = data.shape[1] * element
+    else:
+        if args.bytes % element:
+            raise UserError(f"--bytes {args.bytes} is not a whole number of {args.dtype} elements")
+        nbytes = args.bytes
+    if args.mtu * args.message_packets > 1 << 20:
+        raise UserError("--mtu times --message-packets must be at most 1 MiB")
+    spec = FaultSpec(loss=args.loss, duplicate=args.dup, reorder=args.reorder, corrupt=args.corrupt)
+    network, jobs, inputs = build_allreduce(
+        workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
+        message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
+        faults_up=spec, faults_down=spec, width=args.width)
+
+    total = sum(w.messages for w in network.workers)
+    started = time.monotonic()
+    with _Progress(total) as progress:
+        status = network.run(time_limit_ns=int(args.time_limit_ms * 1e6), progress=progress.update)
+    summary = network.summary()
+
+    match = status == "done"
+    for job in jobs:
+        expected = expected_sum(job, inputs[job.job])
+        for worker in (w for w in network.workers if w.job is job):
+            match = match and np.array_equal(worker.result, expected)
+    clocks = math.ceil(summary["time_ns"] / CLOCK_NS[args.width])
+    beats_in = summary["host_to_switch"]["beats"]
+    report = {
+        "engine": args.engine, "status": status, "match": bool(match),
+        "workers": args.workers, "jobs": args.jobs, "bytes": nbytes, "mtu": args.mtu, "dtype": args.dtype,
+        "width": args.width, "ports": args.ports, "seed": args.seed,
+        "host_to_switch": summary["host_to_switch"], "switch_to_host": summary["switch_to_host"],
+        "retransmissions": summary["retransmissions"], "credit_requests": summary["credit_requests"],
+        "drops": summary["drops"], "clocks": clocks, "simulated_ns": summary["time_ns"],
+        "throughput_beats_per_clock_per_port": round(beats_in / max(clocks, 1) / args.ports, 4),
+        "counters": summary["switch"], "errors": summary["errors"],
+        "wall_seconds": round(time.monotonic() - started, 3),
+    }
+    if args.dump:
+        view = _bit_view(args.dtype)
+        arrays = {}
+        for worker in network.workers:
+            key = f"job{worker.job.job}_worker{worker.index}"
+            source = inputs[worker.job.job][worker.index]
+            arrays[f"{key}_input"] = source.view(view) if view else source
+            arrays[f"{key}_result"] = worker.result.view(view) if view else worker.result
+        try:
+            np.savez(args.dump, **arrays)
+        except OSError as error:
+            raise UserError(f"cannot write {args.dump}: {error.strerror}") from None
+    print(json.dumps(report))
+    return 0 if match else 1
+
+
+class _Progress:
+    """A progress bar of received messages on standard error, shown once a run takes more than 2 s."""
+
+    def __init__(self, total):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit="msg", delay=2.0, file=sys.stderr, leave=False,
+                        disable=None)      # None: only on a terminal
+        self.seen = 0
+        self.calls = 0
+
+    def update(self, network):
+        self.calls += 1
+        if self.calls % 256:
+            return
+        received = sum(len(w.received) for w in network.workers)
+        if received > self.seen:
+            self.bar.update(received - self.seen)
+            self.seen = received
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
