@@ -7,7 +7,8 @@ connection ``w - 1``, into which the switch delivers the sums (docs/ARCHITECTURE
 - **Messages.** The tensor's little-endian bytes are cut into messages of at most
   ``message_packets * mtu - 16`` bytes of whole elements; message ``s`` is the 16-byte aggregation header
   (job, ``s``, element count, dtype, priority) followed by its elements, written to the peer's receive
-  buffer at ``recv_va + s * message_packets * mtu``.
+  buffer at ``recv_va + s * message_packets * mtu``. The switch sums whole 32-bit words, so a message of
+  an odd number of 16-bit elements carries one more element, +0, which the receiver ignores.
 - **Credits.** The worker starts message ``s`` only while ``s`` is at most the highest sequence number
   the switch allowed (``message_slots - 1`` before any CREDIT arrives). While it waits for a credit, it
   sends a CREDIT_REQUEST every ``credit_timeout_ns``, so that a lost CREDIT cannot stall it for ever.
@@ -42,6 +43,10 @@ def message_layout(job, elements):
     size = tensor_dtype(job.dtype).itemsize
     per_message = (job.message_packets * job.mtu - AGG_HEADER_BYTES) // size
     return [(start, min(per_message, elements - start)) for start in range(0, elements, per_message)]
+
+
+def _padded(nbytes):
+    return nbytes + -nbytes % 4
 
 
 class Worker:
@@ -90,6 +95,7 @@ class Worker:
             start, count = self.layout[self.next_seq]
             header = AggHeader(self.job.job, self.next_seq, count, self.job.dtype, self.priority)
             data = header.pack() + self.tensor[start:start + count].tobytes()
+            data += bytes(-len(data) % 4)      # an odd count of 16-bit elements: one +0 more
             self.requester.post_write(data, va=self.send_va + self.next_seq * self.stride,
                                       rkey=self.send_rkey)
             self.next_seq += 1
@@ -145,8 +151,8 @@ class Worker:
             self.errors.append(f"worker {self.index}: unexpected message at va {va:#x} ({length} bytes)")
             return
         start, count = self.layout[seq]
-        body = data[AGG_HEADER_BYTES:]
-        if header.elements != count or len(body) != count * self.result.itemsize:
+        body = data[AGG_HEADER_BYTES:AGG_HEADER_BYTES + count * self.result.itemsize]
+        if header.elements != count or len(data) != AGG_HEADER_BYTES + _padded(count * self.result.itemsize):
             self.errors.append(f"worker {self.index}: message {seq} has {header.elements} elements, "
                                f"{len(body)} bytes; expected {count}")
             return
