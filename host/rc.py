@@ -1,8 +1,8 @@
 """RoCE v2 Reliable Connection endpoints for RDMA WRITE, as pure state machines with explicit time.
 
-Written from the InfiniBand Architecture Specification vol. 1 (9.7 "Reliable service": requester 9.7.4 and
-9.7.5.2 (ACK/NAK processing), responder 9.7.5.1 (PSN checks, duplicates, ACK coalescing), AETH syndromes
-9.7.5.2.8 / table 45) and its Annex A17 "RoCEv2". Only RDMA WRITE is supported (FIRST, MIDDLE, LAST, ONLY,
+Written from the InfiniBand Architecture Specification vol. 1, 9.7 "Reliable service" (requester and
+responder behaviour: PSNs, ACK coalescing, duplicates, NAKs, retries; the AETH syndrome encoding of
+9.7.5.2.8) and its Annex A17 "RoCEv2". Only RDMA WRITE is supported (FIRST, MIDDLE, LAST, ONLY,
 LAST and ONLY with immediate) and only IPv4 without VLAN.
 
 Nothing here has a thread, a task or an event loop: the caller owns time, given as an integer ``now`` in
@@ -37,6 +37,8 @@ retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64)
       the end of an RNR wait); ``None`` when nothing is outstanding or in the error state.
     - ``can_send`` (property): whether ``poll`` would send a packet now (ignoring timers).
     - ``idle`` (property): no work request is pending (all completed or failed).
+    - ``una`` (oldest unacknowledged PSN), ``nxt`` (next PSN to transmit), ``sent_hi`` (one past the
+      furthest PSN transmitted), ``outstanding`` (property: ``sent_hi - una`` modulo 2^24): read only.
     - ``completions``: deque of completed work request ids, in order (the caller drains it).
     - ``failed``: work request ids flushed by the error state (in order), ``error``: ``None`` or the reason.
     - ``stats``: ``packets_sent`` (all, retransmissions included), ``retransmitted_packets``,
@@ -55,7 +57,7 @@ pkey=0xFFFF, ttl=64)``
       ``dropped_not_for_qp``, ``dropped_opcode``, ``dropped_error_state``.
 
 PSNs are 24-bit and wrap; two PSNs compare by their distance modulo 2^24, "ahead" meaning a distance below
-2^23 (IBA 9.7.1). The requester keeps at most ``max_outstanding`` (< 2^23) unacknowledged packets.
+2^23. The requester keeps at most ``max_outstanding`` (< 2^23) unacknowledged packets.
 
 Rules
 -----
@@ -102,9 +104,10 @@ Choices the IBA leaves open (or that this model makes)
 - The requester sets AckReq on the packet that fills the window, so that a message longer than
   ``max_outstanding`` packets cannot stall waiting for the ACK of its last packet.
 - An ACK with the PSN just before the oldest unacknowledged one (no progress) neither restarts the timer
-  nor resets the retry count.
+  nor resets the retry count. The ACK's credit count and the MSN of ACKs and NAKs are not used by the
+  requester (end-to-end credits concern SEND only; completion follows from the PSN).
 - RNR NAK (0x20-0x3F, never sent by this responder): acknowledges everything before its PSN, then the
-  requester waits the time its timer field encodes (IBA table 45) and resends from the PSN; ``rnr_retry``
+  requester waits the time its timer field encodes (the IBA's RNR timer encoding, ``RNR_TIMER_NS``) and resends from the PSN; ``rnr_retry``
   such NAKs in a row without progress are allowed (7: no limit); the transport timer is paused meanwhile.
 - Zero-length writes: the R_Key and VA are not checked (IBA C9-88); the message is still delivered.
 - A fatal NAK (0x61, 0x62) puts the responder's QP in the error state too: later frames are dropped
@@ -159,7 +162,7 @@ NAK_INVALID_REQUEST = 0x61
 NAK_REMOTE_ACCESS_ERROR = 0x62
 NAK_REMOTE_OPERATIONAL_ERROR = 0x63
 
-# RNR NAK timer field -> minimum wait (IBA table 45), in nanoseconds
+# RNR NAK timer field -> minimum wait (the IBA's RNR timer encoding: 0 is 655.36 ms), in nanoseconds
 RNR_TIMER_NS = tuple(int(round(ms * 1_000_000)) for ms in (
     655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96, 1.28, 1.92,
     2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76,

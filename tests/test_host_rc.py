@@ -357,6 +357,20 @@ def test_fatal_naks_put_the_qp_in_the_error_state(code):
     assert req.poll(10) == [] and req.next_timer() is None
 
 
+def test_naks_for_psns_not_outstanding_and_reserved_syndromes_are_ignored():
+    req = requester(mtu=64)
+    req.post_write(bytes(64 * 3), va=VA, rkey=RKEY)      # PSNs 0..2
+    req.poll(0)
+    req.receive(ack_frame(0), 1)
+    for frame in (ack_frame(3, NAK_SEQ),                   # never sent
+                  ack_frame(0, NAK_SEQ),                   # already acknowledged
+                  ack_frame(MOD - 1, NAK_ACC),             # fatal code, but stale
+                  ack_frame(1, 0x40), ack_frame(1, 0x80)):  # reserved syndrome classes 010 and 1xx
+        req.receive(frame, 2)
+        assert req.poll(2) == [] and req.error is None
+    assert req.una == 1 and req.stats["retransmitted_packets"] == 0
+
+
 def test_rnr_nak_waits_its_timer_then_resends():
     req = requester(mtu=64)
     req.post_write(bytes(10), va=VA, rkey=RKEY)
