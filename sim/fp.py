@@ -266,6 +266,8 @@ def tree_sum(fmt, contributions, mask=None, ftz=False):
     n = c.shape[0]
     if n < 1:
         raise ValueError("tree_sum needs at least one input")
+    if mask is None and not ftz:
+        return _tree_sum_all_present(fmt, c)
     if mask is None:
         mask = np.ones(n, dtype=bool)
     mask = np.asarray(mask).astype(bool)
@@ -298,6 +300,24 @@ def tree_sum(fmt, contributions, mask=None, ftz=False):
     if fmt is FP32:
         return canonicalize(FP32, root)
     return narrow_from_fp32(fmt, root, ftz)
+
+
+def _tree_sum_all_present(fmt, c):
+    """:func:`tree_sum` without a mask or flushing, on numpy's binary32 arithmetic (IEEE 754 RNE, no
+    flushing) a level at a time: the golden model's fast path for whole packets. Padding the inputs to a
+    power of two with absent leaves leaves each level's odd last node without a sibling, so it passes up
+    unchanged."""
+    values = c.astype(np.uint32) if fmt is FP32 else widen_to_fp32(fmt, c).astype(np.uint32)
+    level = values.view(np.float32)
+    with np.errstate(all="ignore"):
+        while level.shape[0] > 1:
+            pairs = level.shape[0] // 2
+            summed = level[0:2 * pairs:2] + level[1:2 * pairs:2]
+            level = np.concatenate([summed, level[2 * pairs:]]) if level.shape[0] % 2 else summed
+    root = level[0].view(np.uint32)
+    if fmt is FP32:
+        return canonicalize(FP32, root)
+    return narrow_from_fp32(fmt, root)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from netreduce.sim.roce_model import deparse_frame, parse_frame, verdict_good
 from netreduce.wire import (AGG_HEADER_BYTES, CONTROL_PORT, PSN_MODULUS, RC_WRITE_OPCODES,
                             AethSyndrome, ControlType, psn_distance)
 
-__all__ = ["JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "COUNTERS"]
+__all__ = ["JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "COUNTERS", "GAP_PSN_SHIFT"]
 
 # Every counter the switch keeps (docs/ARCHITECTURE.md, "Switch behaviour, per received frame").
 COUNTERS = (
@@ -37,6 +37,10 @@ _LAST = {RC_WRITE_OPCODES["LAST"], RC_WRITE_OPCODES["LAST_WITH_IMMEDIATE"], RC_W
          RC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]}
 _WRITES = set(RC_WRITE_OPCODES.values())
 _ACKNOWLEDGE = 0x11
+# A packet after a gap goes on with its PSN this far ahead: the responder still sees a sequence error and
+# NAKs, and a copy that a reordering network delivers late can never become the expected PSN (which would
+# write a raw contribution into the receiver's memory).
+GAP_PSN_SHIFT = 1 << 22
 _ELEMENT_ALIGN = 4      # payload lengths are whole 32-bit words: one binary32 or two 16-bit elements
 
 
@@ -289,7 +293,8 @@ class SwitchModel:
         d = psn_distance(h["bth_psn"], conn.expected)
         if d > 0:
             self.counters["passthrough_gap"] += 1
-            self._emit(frame, out)
+            self._emit(deparse_frame({**h, "bth_psn": (h["bth_psn"] + GAP_PSN_SHIFT) % PSN_MODULUS}, payload),
+                       out)
         elif d < 0:
             self._duplicate(conn, frame, h, payload, out)
         else:

@@ -13,9 +13,9 @@ from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
 
 
-def run(**kwargs):
+def run(time_limit_ns=2 * 10**9, **kwargs):
     network, jobs, inputs = build_allreduce(**kwargs)
-    status = network.run(time_limit_ns=kwargs.pop("time_limit_ns", 2 * 10**9))
+    status = network.run(time_limit_ns=time_limit_ns)
     return network, jobs, inputs, status
 
 

@@ -180,3 +180,15 @@ def test_tree_sum_semantics():
     assert fp.tree_sum("fp32", c)[0] == one
     # input 2 absent: node (2,3) is input 3 unchanged
     assert fp.tree_sum("fp32", c, [True, True, False, True])[0] == 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tree_sum_without_mask_is_the_definition(fmt):
+    # no mask and no flushing takes the model's fast path (numpy binary32 a level at a time)
+    f = fp.get_format(fmt)
+    rng = np.random.default_rng(4)
+    for n in range(1, 12):
+        c = fp.random_operands(f, n * 60, rng).reshape(n, 60)
+        got = fp.tree_sum(f, c)
+        for lane in range(60):
+            assert got[lane] == ref_tree(f, c[:, lane].tolist(), [True] * n, False)
