@@ -29,7 +29,8 @@ retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64)
     - ``poll(now) -> list[bytes]``: handle an expired retransmission timer, then return the frames to send
       now (new packets and go-back-N retransmissions, in PSN order, within the window). Call it after
       ``post_write``, after ``receive`` and at ``next_timer()``; calling it more often is harmless.
-    - ``receive(frame, now) -> None``: an ACK/NAK from the responder. Frames with a bad ICRC or IPv4
+    - ``receive(frame, now, parsed=None) -> None``: an ACK/NAK from the responder (``parsed``: the
+      frame's :func:`~netreduce.sim.roce_model.parse_frame` result when the caller has it, to parse once). Frames with a bad ICRC or IPv4
       checksum, not from the remote address to the local address and QP, or with another P_Key or
       transport version are dropped and counted (``stats["dropped"]``); other opcodes are counted
       (``stats["ignored"]``).
@@ -48,7 +49,8 @@ retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64)
 
 ``RcResponder(local, remote, *, memory, start_psn=0, mtu=1024, ack_coalesce=0, dscp=0, ecn=0,
 pkey=0xFFFF, ttl=64)``
-    - ``receive(frame, now) -> list[bytes]``: a request frame; returns the ACK/NAK frames to send back.
+    - ``receive(frame, now, parsed=None) -> list[bytes]``: a request frame; returns the ACK/NAK frames to
+      send back (``parsed`` as for the requester).
     - ``completions``: deque of delivered messages ``(va, length, immediate or None)``, in order.
     - ``error``: ``None`` or the reason once the QP is in the error state (after a fatal NAK).
     - ``expected_psn``, ``msn``; ``stats``: ``packets_received`` (every frame offered),
@@ -320,9 +322,10 @@ class _Filter:
         self.qpn = local.qpn
         self.pkey = pkey & 0x7FFF
 
-    def accept(self, frame):
+    def accept(self, frame, parsed=None):
         """``(header, payload)`` of a frame for this connection, or a string saying why it is dropped."""
-        parsed = parse_frame(frame)
+        if parsed is None:
+            parsed = parse_frame(frame)
         h = parsed.header
         if not h["roce"] or h["ip_version"] != 4:
             return "not_for_qp"
@@ -499,9 +502,9 @@ class RcRequester:
 
     # -- receiving ------------------------------------------------------------------------------------------
 
-    def receive(self, frame, now):
-        """Handle an ACK/NAK frame from the responder."""
-        accepted = self._filter.accept(frame)
+    def receive(self, frame, now, parsed=None):
+        """Handle an ACK/NAK frame from the responder (``parsed``: its ``parse_frame`` result, if known)."""
+        accepted = self._filter.accept(frame, parsed)
         if isinstance(accepted, str):
             self.stats["dropped"] += 1
             return
@@ -658,11 +661,12 @@ class RcResponder:
         self.error = reason
         return [self._ack(syndrome, self.expected_psn)]
 
-    def receive(self, frame, now):
-        """Handle one request frame; returns the ACK/NAK frames to send back."""
+    def receive(self, frame, now, parsed=None):
+        """Handle one request frame (``parsed``: its ``parse_frame`` result, if known); returns the ACK/NAK
+        frames to send back."""
         stats = self.stats
         stats["packets_received"] += 1
-        accepted = self._filter.accept(frame)
+        accepted = self._filter.accept(frame, parsed)
         if isinstance(accepted, str):
             stats["dropped_" + accepted] += 1
             return []

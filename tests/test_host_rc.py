@@ -19,6 +19,7 @@ from scapy.packet import Raw
 from netreduce.host.icrc import icrc_ok, ipv4_checksum_ok
 from netreduce.host.packets import AETH, BTH, RETH, ImmDt, build_ack, build_roce_frame, dissect
 from netreduce.host.rc import RNR_TIMER_NS, Endpoint, Memory, RcRequester, RcResponder
+from netreduce.sim.roce_model import parse_frame
 
 REQ = Endpoint(0x02_00_00_00_00_01, "10.0.0.1", 0x000A11, 0xC001)
 RSP = Endpoint(0x02_00_00_00_00_02, "10.0.0.2", 0x000B22, 0xC002)
@@ -399,6 +400,17 @@ def test_responder_writes_delivers_and_acks_on_ackreq():
     assert list(resp.completions) == [(VA + 8, len(data), 0xABCD)]
     assert [decode(f)["aeth"] for f in out] == [(ACK_UNLIMITED, 1)]
     assert decode(out[0])["psn"] == 12 and decode(out[0])["dest_qp"] == REQ.qpn
+
+
+def test_a_frame_parsed_by_the_caller_is_used_as_is():
+    resp = responder()
+    frame = data_frame(ONLY, 0, b"data", reth=(VA, RKEY, 4), ack_req=1)
+    acks = resp.receive(frame, 0, parse_frame(frame))
+    req = requester()
+    req.post_write(b"data", va=VA, rkey=RKEY)
+    req.poll(0)
+    req.receive(acks[0], 1, parse_frame(acks[0]))
+    assert list(req.completions) == [0] and resp.memory.read(VA, 4) == b"data"
 
 
 def test_responder_ack_coalescing_every_k_packets():
