@@ -193,27 +193,33 @@ class SwitchModel:
         elif self._is_control(h, parsed.payload):
             self._control(h, parsed.payload, out)
         elif not h["roce"] or h["ip_version"] != 4:
-            self._forward(frame, h, out)
+            self._forward(parsed, out)
         else:
             key = (h["ip_src"], h["bth_dest_qp"])
             if h["bth_opcode"] == _ACKNOWLEDGE and key in self._ack:
                 conn = self._ack[key]
                 self._acknowledge(conn, h)
-                self._forward(frame, h, out)
+                self._forward(parsed, out)
                 self._release(conn.job, out)
             elif key in self._data:
-                self._data_packet(self._data[key], frame, h, parsed.payload, out)
+                self._data_packet(self._data[key], parsed, out)
             else:
-                self._forward(frame, h, out)
+                self._forward(parsed, out)
         self.counters["frames_out"] += len(out)
         return out
 
     def _emit(self, frame, out):
         out.append((self.config.port_of(int.from_bytes(frame[:6], "big")), frame))
 
-    def _forward(self, frame, h, out):
+    def _forward(self, parsed, out):
         self.counters["forwarded"] += 1
-        self._emit(frame, out)
+        self._pass(parsed, out)
+
+    def _pass(self, parsed, out):
+        """A frame goes on unchanged: a non-RoCE frame byte for byte, a RoCE frame through the deparser
+        (the same bytes up to the IP end; what followed it becomes zero padding up to 60 bytes)."""
+        h = parsed.header
+        self._emit(deparse_frame(h, parsed.payload) if h["roce"] else parsed.payload, out)
 
     # --- control packets ------------------------------------------------------------------------------
 
@@ -284,11 +290,12 @@ class SwitchModel:
 
     # --- data direction -----------------------------------------------------------------------------------
 
-    def _data_packet(self, conn, frame, h, payload, out):
+    def _data_packet(self, conn, parsed, out):
+        h, payload = parsed.header, parsed.payload
         opcode = h["bth_opcode"]
         if opcode not in _WRITES:
             self.counters["passthrough_opcode"] += 1
-            self._emit(frame, out)
+            self._pass(parsed, out)
             return
         d = psn_distance(h["bth_psn"], conn.expected)
         if d > 0:
@@ -296,16 +303,17 @@ class SwitchModel:
             self._emit(deparse_frame({**h, "bth_psn": (h["bth_psn"] + GAP_PSN_SHIFT) % PSN_MODULUS}, payload),
                        out)
         elif d < 0:
-            self._duplicate(conn, frame, h, payload, out)
+            self._duplicate(conn, parsed, out)
         else:
-            self._in_sequence(conn, frame, h, payload, out)
+            self._in_sequence(conn, parsed, out)
 
-    def _in_sequence(self, conn, frame, h, payload, out):
+    def _in_sequence(self, conn, parsed, out):
+        h, payload = parsed.header, parsed.payload
         job, cfg, opcode = conn.job, conn.job.config, h["bth_opcode"]
         first = opcode in _FIRST
         if first != (conn.slot is None):
             self.counters["passthrough_sequence"] += 1
-            self._emit(frame, out)
+            self._pass(parsed, out)
             return
         if first:
             header = AggHeader.unpack(payload)
@@ -359,7 +367,8 @@ class SwitchModel:
                 and length <= cfg.mtu and len(payload) == length
                 and slot.packets[index].length in (None, length))
 
-    def _duplicate(self, conn, frame, h, payload, out):
+    def _duplicate(self, conn, parsed, out):
+        h, payload = parsed.header, parsed.payload
         job, w, psn = conn.job, conn.worker, h["bth_psn"]
         for slot in job.slots:
             if not slot.busy or slot.first_psn[w] is None:
@@ -378,7 +387,7 @@ class SwitchModel:
                     self._emit(self._result(h, payload, packet.sum, index), out)
                 return
         self.counters["passthrough_stale"] += 1
-        self._emit(frame, out)
+        self._pass(parsed, out)
 
     # --- the sum --------------------------------------------------------------------------------------------
 

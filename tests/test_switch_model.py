@@ -291,3 +291,16 @@ def test_configuration_errors_are_reported():
         JobConfig(job=1, workers=2, dtype="fp64")
     with pytest.raises(ValueError, match="port"):
         SwitchConfig(ports=1, forwarding={1: 3})
+
+
+def test_forwarded_roce_frames_leave_through_the_deparser():
+    # same bytes up to the IP end; Ethernet padding (here not zero) becomes zero padding
+    f = Fabric(workers=2)
+    ack = f.ack(7, 0, 5)
+    assert len(ack) == 62
+    short = build_roce_frame(0x11, b"", aeth=(0, 1), eth_pad=False, dest_qp=0x999)
+    assert len(short) == 58
+    padded = short + b"\xaa\xbb"
+    assert f.send(padded) == [(0, short + bytes(2))]
+    trailing = ack + b"\x01\x02\x03"
+    assert f.send(trailing) == [(0, ack)]
