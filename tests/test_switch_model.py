@@ -298,7 +298,7 @@ def test_forwarded_roce_frames_leave_through_the_deparser():
     f = Fabric(workers=2)
     ack = f.ack(7, 0, 5)
     assert len(ack) == 62
-    short = build_roce_frame(0x11, b"", aeth=(0, 1), eth_pad=False, dest_qp=0x999)
+    short = build_roce_frame(0x04, b"", eth_pad=False, dest_qp=0x999)     # RC SEND ONLY, unregistered
     assert len(short) == 58
     padded = short + b"\xaa\xbb"
     assert f.send(padded) == [(0, short + bytes(2))]
