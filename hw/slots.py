@@ -224,8 +224,11 @@ class SlotMemory(wiring.Component):
             done_tokens.w_en.eq(self.sum_request.valid & self.sum_request.ready),
             done_tokens.w_data.eq(request.result_slot),
         ]
-        request_beats = Signal(self.beats_bits)
-        m.d.comb += request_beats.eq(Mux(request.beats == 0, 1, Mux(request.beats > pb, pb, request.beats)))
+        request_beats = Signal(self.beats_bits)         # 0 needs no care: beats_left <= 1 is the last read
+        if (1 << self.beats_bits) - 1 > pb:
+            m.d.comb += request_beats.eq(Mux(request.beats > pb, pb, request.beats))
+        else:
+            m.d.comb += request_beats.eq(request.beats)
 
         with m.If(self.sum_request.valid & self.sum_request.ready):
             m.d.sync += [

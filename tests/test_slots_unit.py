@@ -291,12 +291,14 @@ def test_sum_done_held_low():
 
 def test_beats_out_of_range():
     """beats = 0 is taken as one beat and beats > packet_beats as packet_beats: one done each."""
-    dut = SlotMemory(width=32, workers=2, slots=2, packet_beats=3, adder_stages=1)
+    dut = SlotMemory(width=32, workers=2, slots=2, packet_beats=5, adder_stages=1)
+    assert dut.beats_bits == 3
     rng = np.random.default_rng(4)
-    contributions = make_contributions("fp32", 2, 2, 3, dut.lanes, rng)
-    requests = [(0, 1, 0, 3), (1, 2, 3, 1)]
+    contributions = make_contributions("fp32", 2, 2, 5, dut.lanes, rng)
+    requests = [(0, 1, 0, 3), (1, 2, 7, 1), (0, 3, 6, 2), (1, 0, 0, 3)]
     run = simulate(dut, contributions, requests, seed=4)
-    check_results(dut, contributions, [(0, 1, 1, 3), (1, 2, 3, 1)], run)
+    check_results(dut, contributions, [(0, 1, 1, 3), (1, 2, 5, 1), (0, 3, 5, 2), (1, 0, 1, 3)], run)
+    assert np.diff(run.accepted).tolist() == [1, 5, 5], "the engine did not read the clipped beat counts"
 
 
 def test_interface_and_latency():
