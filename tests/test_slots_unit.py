@@ -69,6 +69,11 @@ def random_requests(rng, workers, slots, packet_beats, count):
     return requests
 
 
+def set_members(ctx, interface, **values):
+    for name, value in values.items():
+        ctx.set(getattr(interface, name), value)
+
+
 # --- the testbench -----------------------------------------------------------------------------------
 
 class Run:
@@ -246,6 +251,11 @@ def test_wide_non_power_of_two():
     run_case(fmt="fp16", ftz=True, workers=3, width=128, slots=2, packet_beats=5, count=6, seed=6)
 
 
+def test_512_bit_datapath():
+    """The 512-bit datapath: 32 bfloat16 lanes."""
+    run_case(fmt="bf16", ftz=True, workers=3, width=512, slots=2, packet_beats=3, count=6, seed=7)
+
+
 def test_back_to_back_one_beat_per_clock():
     """Default depths (latency 20): requests back to back, sum_done always ready. Request i is taken
     in the clock of request i-1's last read, its done comes latency + beats - 1 clocks after its
@@ -287,6 +297,49 @@ def test_sum_done_held_low():
     assert accepted_by_hold_end == dut.done_depth, "requests did not stop at the done-token count"
     assert all(c >= 125 for c in run.done_cycles)
     assert run.held_accepts > 0
+
+
+def test_read_at_done():
+    """A read issued in the clock of a sum_done handshake returns that request's sum, even when the next
+    request writes the same word in that very clock (the read ports are not transparent)."""
+    dut = SlotMemory(width=64, workers=3, slots=2, packet_beats=2, adder_stages=2)
+    rng = np.random.default_rng(12)
+    contributions = make_contributions("fp32", 3, 2, 2, dut.lanes, rng)
+    requests = [(0, 3, 1, 0b111), (1, 3, 1, 0b101), (0, 3, 2, 0b010)]
+    expected = [ref_results("fp32", False, contributions, [r], 2)[6] for r in requests]
+    seen = []
+
+    async def testbench(ctx):
+        for w in range(3):
+            for s in range(2):
+                for b in range(2):
+                    set_members(ctx, dut.write[0], valid=1, worker=w, slot=s, beat=b,
+                                data=pack_word(contributions[w, s, b], 32))
+                    await ctx.tick()
+        ctx.set(dut.write[0].valid, 0)
+        ctx.set(dut.sum_done.ready, 1)
+        pending, reading, done = list(requests), False, 0
+        for _ in range(60):
+            ctx.set(dut.sum_request.valid, bool(pending))
+            if pending:
+                slot, result_slot, beats, mask = pending[0]
+                ctx.set(dut.sum_request.payload, {"slot": slot, "result_slot": result_slot, "beats": beats,
+                                                  "mask": mask})
+                if ctx.get(dut.sum_request.ready):
+                    pending.pop(0)
+            if reading:
+                seen.append(unpack_word(ctx.get(dut.read[0].data), 32, 2))
+            reading = ctx.get(dut.sum_done.valid)
+            done += reading
+            set_members(ctx, dut.read[0], en=reading, result_slot=3, beat=0)
+            await ctx.tick()
+        assert done == 3
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert seen == expected
 
 
 def test_beats_out_of_range():
