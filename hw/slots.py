@@ -136,6 +136,7 @@ class SlotMemory(wiring.Component):
 
         self.tree = AdderTree(self.fmt, width=width, n_inputs=workers, adder_stages=adder_stages,
                               ftz=self.ftz, backpressure=False, user_width=self.result_addr_bits + 1)
+        self.tree._MustUse__silence = True     # elaborated with this component, which warns if unused
         self.lanes = self.tree.lanes
         self.latency = self.tree.latency + 3
         self.done_depth = self.latency + 1
