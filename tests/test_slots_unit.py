@@ -86,13 +86,16 @@ class Run:
         self.parallel_write_clocks = 0
         self.request_phase_start = None
         self.held_accepts = 0
+        self.writes_during_sums = 0         # clocks with a write while a request was in flight
 
 
 def simulate(dut, contributions, requests, *, seed=0, write_idle=0.3, request_idle=0.0,
-             done_backpressure=0.0, hold=None, read_idle=0.2, collisions=0):
+             done_backpressure=0.0, hold=None, read_idle=0.2, collisions=0, late_slots=()):
     """Run the three phases on ``dut``; ``hold = (first, last)`` holds ``sum_done.ready`` low from
     clock ``first`` to ``last`` of the request phase; ``collisions`` clocks where port 1 writes the same
-    worker as port 0 (port 1 must lose)."""
+    worker as port 0 (port 1 must lose). The packet slots in ``late_slots`` first get stale words and
+    their real contributions only during the request phase, while the engine sums other slots; a
+    request for such a slot waits until its words are written."""
     rng = np.random.default_rng(seed)
     ew = dut.fmt.width
     pb = dut.packet_beats
@@ -100,6 +103,8 @@ def simulate(dut, contributions, requests, *, seed=0, write_idle=0.3, request_id
     workers = dut.workers
     pending = [(w, s, b) for w in range(workers) for s in range(dut.slots) for b in range(pb)]
     rng.shuffle(pending)
+    late_writes = [(w, s, b) for w, s, b in pending if s in late_slots]
+    stale = fp.random_operands(dut.fmt, contributions.size, rng).reshape(contributions.shape)
 
     def set_write(ctx, port, worker, slot, beat, word, valid):
         ctx.set(port.valid, valid)
@@ -108,23 +113,30 @@ def simulate(dut, contributions, requests, *, seed=0, write_idle=0.3, request_id
         ctx.set(port.beat, beat)
         ctx.set(port.data, word)
 
+    def drive_writes(ctx, pending_writes, values):
+        """Set the write ports for one clock from ``pending_writes`` (taken words are removed)."""
+        used = set()
+        for port in dut.write:
+            choice = None
+            if pending_writes and rng.random() >= write_idle:
+                choice = next((k for k, (w, _, _) in enumerate(pending_writes) if w not in used), None)
+            if choice is None:          # idle: garbage on the other members, which must be ignored
+                set_write(ctx, port, int(rng.integers(workers)), int(rng.integers(dut.slots)),
+                          int(rng.integers(pb)), int(rng.integers(1 << 62)), 0)
+                continue
+            w, s, b = pending_writes.pop(choice)
+            used.add(w)
+            set_write(ctx, port, w, s, b, pack_word(values[w, s, b], ew), 1)
+        run.parallel_write_clocks += len(used) >= 2
+        return len(used)
+
     async def testbench(ctx):
         # phase 1: writes
         pending_writes = list(pending)
+        is_late = np.isin(np.arange(dut.slots), late_slots)[None, :, None, None]
+        first_values = np.where(is_late, stale, contributions)
         while pending_writes:
-            used = set()
-            for port in dut.write:
-                choice = None
-                if rng.random() >= write_idle:
-                    choice = next((k for k, (w, _, _) in enumerate(pending_writes) if w not in used), None)
-                if choice is None:          # idle: garbage on the other members, which must be ignored
-                    set_write(ctx, port, int(rng.integers(workers)), int(rng.integers(dut.slots)),
-                              int(rng.integers(pb)), int(rng.integers(1 << 62)), 0)
-                    continue
-                w, s, b = pending_writes.pop(choice)
-                used.add(w)
-                set_write(ctx, port, w, s, b, pack_word(contributions[w, s, b], ew), 1)
-            run.parallel_write_clocks += len(used) >= 2
+            drive_writes(ctx, pending_writes, first_values)
             await ctx.tick()
         for _ in range(collisions):
             w, s, b = (int(rng.integers(workers)), int(rng.integers(dut.slots)), int(rng.integers(pb)))
@@ -140,7 +152,11 @@ def simulate(dut, contributions, requests, *, seed=0, write_idle=0.3, request_id
         cycle = 0
         while len(run.done_slots) < len(requests):
             assert cycle < 40 * len(requests) + 400, "the sum engine stopped"
-            offer = next_request < len(requests) and rng.random() >= request_idle
+            if drive_writes(ctx, late_writes, contributions) and len(run.accepted) > len(run.done_slots):
+                run.writes_during_sums += 1
+            waiting = {s for _, s, _ in late_writes}     # words written in the handshake clock count
+            offer = (next_request < len(requests) and requests[next_request][0] not in waiting
+                     and rng.random() >= request_idle)
             ctx.set(dut.sum_request.valid, offer)
             if offer:
                 slot, result_slot, beats, mask = requests[next_request]
@@ -160,6 +176,8 @@ def simulate(dut, contributions, requests, *, seed=0, write_idle=0.3, request_id
             cycle += 1
         ctx.set(dut.sum_request.valid, 0)
         ctx.set(dut.sum_done.ready, 0)
+        for port in dut.write:
+            ctx.set(port.valid, 0)
         for _ in range(3):
             await ctx.tick()
             assert not ctx.get(dut.sum_done.valid), "a sum_done more than requested"
@@ -219,6 +237,10 @@ def run_case(*, fmt, ftz, workers, width=64, slots=3, packet_beats=4, write_port
     rng = np.random.default_rng(seed)
     contributions = make_contributions(fmt, workers, slots, packet_beats, dut.lanes, rng)
     requests = random_requests(rng, workers, slots, packet_beats, count)
+    late = knobs.get("late_slots", ())
+    early = [k for k, r in enumerate(requests) if r[0] not in late]
+    if late and early:                  # start with slots that are written: the engine runs while the
+        requests.insert(0, requests.pop(early[0]))      # late slots are written
     run = simulate(dut, contributions, requests, seed=seed, **knobs)
     check_results(dut, contributions, requests, run)
     return dut, requests, run
@@ -236,12 +258,14 @@ def run_case(*, fmt, ftz, workers, width=64, slots=3, packet_beats=4, write_port
 ])
 def test_sums(fmt, ftz, workers, write_ports, read_ports):
     """Random contributions and requests in every format, FTZ on and off, 1, 3 and 8 workers; idle
-    clocks between writes and requests and a sum_done that is randomly not ready."""
+    clocks between writes and requests, a sum_done that is randomly not ready, and packet slot 1
+    written while the engine sums the others."""
     _, _, run = run_case(fmt=fmt, ftz=ftz, workers=workers, write_ports=write_ports, read_ports=read_ports,
                          request_idle=0.2, done_backpressure=0.3, seed=workers + 10 * write_ports,
-                         collisions=3 if write_ports > 1 else 0)
+                         collisions=3 if write_ports > 1 else 0, late_slots=(1,))
     if write_ports > 1 and workers > 1:
         assert run.parallel_write_clocks > 0, "no clock with two ports writing"
+    assert run.writes_during_sums > 0, "no write while the engine was summing"
 
 
 def test_wide_non_power_of_two():
