@@ -5,9 +5,11 @@ array indexed like the banks, each request's sums are computed lane by lane and 
 entry, and every result word read back through the read ports is compared bit for bit.
 
 One testbench drives a run in three phases: writes (random order, random idle clocks per port, several
-ports writing different workers in one clock), sum requests (back to back or with idle clocks, with
-``sum_done`` always ready, randomly not ready, or held low for a while), and reads of every result word
-written (several read ports per clock).
+ports writing different workers in one clock, and clocks where two ports write one worker's bank, where
+the lower-numbered port must win), sum requests (back to back or with idle clocks, with ``sum_done``
+always ready, randomly not ready, or held low for a while; meanwhile the contributions of one packet slot
+are written, and its requests wait for them), and reads of every result word written (several read
+ports per clock, data held between reads).
 """
 
 import numpy as np
@@ -283,7 +285,8 @@ def test_512_bit_datapath():
 def test_back_to_back_one_beat_per_clock():
     """Default depths (latency 20): requests back to back, sum_done always ready. Request i is taken
     in the clock of request i-1's last read, its done comes latency + beats - 1 clocks after its
-    handshake, so the last done is sum(beats) + latency - 1 clocks after the first handshake."""
+    handshake, so the last done is sum(beats) + latency - 1 clocks after the first handshake: from the
+    first handshake's clock to the last done's clock, both included, sum(beats) + latency clocks."""
     dut, requests, run = run_case(fmt="fp32", ftz=False, workers=8, slots=4, packet_beats=4,
                                   adder_stages=5, count=14, seed=3)
     assert dut.latency == 1 + 3 * 5 + 1 + 3 == 20
