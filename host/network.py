@@ -63,17 +63,23 @@ class ModelEngine:
 
     name = "model"
 
-    def __init__(self, config, latency_ns=200):
+    def __init__(self, config, latency_ns=200, record=False):
         self.model = SwitchModel(config)
         self.latency_ns = latency_ns
         self.network = None
+        self.record = record
+        self.inputs, self.outputs = [], []     # with ``record``: (port, frame) in, [(port, frame)] out
 
     @property
     def counters(self):
         return self.model.counters
 
     def inject(self, port, frame, now):
-        for out_port, out_frame in self.model.receive(port, frame):
+        produced = self.model.receive(port, frame)
+        if self.record:
+            self.inputs.append((port, frame))
+            self.outputs.append(produced)
+        for out_port, out_frame in produced:
             self.network.at(now + self.latency_ns, self.network.from_switch, out_port, out_frame)
 
 

@@ -29,7 +29,7 @@ COUNTERS = (
     "frames_in", "frames_out", "forwarded", "aggregated", "results_sent", "duplicates_answered",
     "duplicates_dropped", "passthrough_gap", "passthrough_stale", "passthrough_sequence",
     "passthrough_opcode", "drop_bad_icrc", "drop_bad_checksum", "drop_bad_header", "drop_no_credit",
-    "drop_bad_length", "drop_control", "credits_sent", "credit_requests", "acks_seen",
+    "drop_bad_length", "drop_control", "drop_oversize", "credits_sent", "credit_requests", "acks_seen",
 )
 
 _FIRST = {RC_WRITE_OPCODES["FIRST"], RC_WRITE_OPCODES["ONLY"], RC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]}
@@ -88,6 +88,7 @@ class SwitchConfig:
     ports: int = 1
     forwarding: dict = field(default_factory=dict)     # destination MAC -> port
     default_port: int = 0
+    max_frame: int = 9216                              # longest payload stream (whole frame if not RoCE)
     jobs: list = field(default_factory=list)           # JobConfig
     connections: list = field(default_factory=list)    # ConnectionConfig
 
@@ -190,6 +191,8 @@ class SwitchModel:
         h = parsed.header
         if h["roce"] and not verdict_good(h, parsed.verdict):
             self.counters["drop_bad_icrc" if not parsed.verdict["icrc_ok"] else "drop_bad_checksum"] += 1
+        elif len(parsed.payload) > self.config.max_frame:
+            self.counters["drop_oversize"] += 1
         elif self._is_control(h, parsed.payload):
             self._control(h, parsed.payload, out)
         elif not h["roce"] or h["ip_version"] != 4:

@@ -1,0 +1,774 @@
+"""The NetReduce switch: status monitor, slots, adder tree, result emission, credits, control registers.
+
+The behaviour is the contract of docs/ARCHITECTURE.md ("Aggregation (the NetReduce switch)"), from which
+the golden model ``netreduce.sim.switch_model`` is written too. One port; the stages:
+
+1. *parse*: ``RoceParser`` gives each frame's header record, then its payload stream with the verdicts.
+2. *monitor*, one frame at a time: ``IDLE`` takes the header, ``LOOKUP`` plans the frame from the header
+   and the connection state (registered), ``STREAM`` takes the payload at one beat per clock into the
+   packet ring (frames that go on) or into the worker's bank of the slot memory (contributions), and
+   keeps its first 64 bytes; ``COMMIT`` decides with the verdicts, the aggregation header or control
+   request in those bytes, and applies the outcome: counters, state, bitmap, header store, descriptors,
+   sum request. ``RELEASE`` (after an ACK) frees the job's delivered messages and queues their credits.
+   Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
+   only where the worker's bit is clear.
+3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
+4. *emit*: descriptors, in commit order, become frames: a frame that goes on (header FIFO and packet
+   ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
+   worker's stored header and the sum), CREDIT control frames. ``RoceDeparser`` serializes them and
+   recomputes ICRC and IPv4 checksum.
+
+The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
+Throughput: one payload beat per clock within a frame, plus three clocks per frame (``IDLE``,
+``LOOKUP``, ``COMMIT``) in the monitor and one or two per frame in the emitter (docs: "Open items").
+
+Control registers (``csr``: ``addr`` is a word address; ``wdata`` and ``we`` write; ``rdata`` shows
+the counter at ``addr`` the clock after):
+
+====================  ============================================================================
+0x000, 0x001          switch MAC, low 32 and high 16 bits
+0x002, 0x003          switch IPv4 address, control UDP port (default 4792)
+0x010 + 4 j           job j: +0 job id, +1 workers, +2 enable (writing resets the job's state)
+0x100 + 8 c           connection c = j * N + w: +0/+1 requester MAC low/high, +2 requester IP,
+                      +3 requester QPN, +4 responder IP, +5 responder QPN, +6 first PSN,
+                      +7 enable (writing resets the connection's state)
+0x400 + i             counter i of ``netreduce.sim.switch_model.COUNTERS`` (read only)
+====================  ============================================================================
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from ..sim.switch_model import COUNTERS, GAP_PSN_SHIFT
+from ..wire import (AGG_MAGIC, AGG_VERSION, CONTROL_MAGIC, CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES,
+                    ETH_MIN_FRAME, ETHERTYPE_IPV4, ControlType)
+from .deparser import RoceDeparser
+from .parser import RoceParser
+from .slots import SlotMemory
+from .stream import ParsedHeader, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
+
+__all__ = ["NetReduceSwitch", "CSR", "csr_signature"]
+
+PSN_BITS = 24
+_HALF = 1 << (PSN_BITS - 1)
+_WINDOW_BYTES = 64          # bytes of each payload stream kept for the commit
+_OWN_BYTES = 16             # the aggregation header: a first packet's own bytes in its results
+_FIRST_OPCODES = (0x06, 0x0A, 0x0B)
+_LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
+_WRITE_OPCODES = (0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
+_ACKNOWLEDGE = 0x11
+_NAK_SEQUENCE = 0x60
+_GOOD_VERDICT = 0b111       # icrc_ok, ipv4_csum_ok, len_ok
+
+
+class CSR:
+    """Word addresses of the control registers (see the module documentation)."""
+    SWITCH_MAC_LO, SWITCH_MAC_HI, SWITCH_IP, CONTROL_PORT = 0x000, 0x001, 0x002, 0x003
+    JOB_BASE, JOB_STRIDE = 0x010, 4
+    JOB_ID, JOB_WORKERS, JOB_ENABLE = 0, 1, 2
+    CONN_BASE, CONN_STRIDE = 0x100, 8
+    (CONN_REQ_MAC_LO, CONN_REQ_MAC_HI, CONN_REQ_IP, CONN_REQ_QPN, CONN_RESP_IP, CONN_RESP_QPN,
+     CONN_START_PSN, CONN_ENABLE) = range(8)
+    COUNTER_BASE = 0x400
+
+
+def csr_signature():
+    """The control-register port as its master sees it."""
+    return wiring.Signature({"addr": Out(12), "wdata": Out(32), "we": Out(1), "rdata": In(32)})
+
+
+def _not_behind(a, b):
+    """PSN ``a`` is at or ahead of ``b`` (``(a - b) mod 2^24 < 2^23``)."""
+    return (a - b)[:PSN_BITS] < _HALF
+
+
+def _big_endian(byte, offset, count):
+    """The big-endian field of ``count`` bytes at ``offset``; ``byte(i)`` gives byte ``i``."""
+    return Cat(*[byte(offset + count - 1 - i) for i in range(count)])
+
+
+class NetReduceSwitch(wiring.Component):
+    """The switch, one port. Parameters (checked here):
+
+    - ``width``: datapath bits, 64 or 512;
+    - ``workers`` N: the most workers of a job (1..16); ``jobs`` J: jobs at once (1..16);
+    - ``dtype``: the element format of every job (fp32, bf16, fp16); ``ftz``: flush subnormals;
+    - ``mtu``: the largest payload of a packet in bytes; ``message_packets`` M; ``message_slots`` K, a
+      power of two (the credit window);
+    - ``max_frame``: the longest payload stream (whole frame if not RoCE) that can go on, bytes;
+    - ``adder_stages``: pipeline depth of each adder of the tree.
+
+    Ports: ``s_axis``, ``m_axis`` (AXI-Stream: tdata, tkeep, tlast, tvalid, tready), ``csr``.
+    """
+
+    def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
+                 message_slots=4, max_frame=9216, adder_stages=5):
+        check_width(width)
+        if width not in (64, 512):
+            raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
+        for name, value, low, high in (("workers", workers, 1, 16), ("jobs", jobs, 1, 16),
+                                       ("message_packets", message_packets, 1, 64),
+                                       ("message_slots", message_slots, 1, 64)):
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer from {low} to {high}, not {value!r}")
+        if message_slots & (message_slots - 1):
+            raise ValueError(f"message_slots must be a power of two, not {message_slots}")
+        if dtype not in DTYPE_CODES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_CODES)}, not {dtype!r}")
+        if not isinstance(mtu, int) or mtu % 4 or not 32 <= mtu <= 4096:
+            raise ValueError(f"mtu must be a multiple of 4 from 32 to 4096, not {mtu!r}")
+        if not isinstance(max_frame, int) or not max(mtu, ETH_MIN_FRAME) <= max_frame <= 16384:
+            raise ValueError(f"max_frame must be from max(mtu, 60) to 16384 bytes, not {max_frame!r}")
+        self.width, self.workers, self.jobs, self.dtype, self.ftz = width, workers, jobs, dtype, ftz
+        self.mtu, self.message_packets, self.message_slots = mtu, message_packets, message_slots
+        self.max_frame, self.adder_stages = max_frame, adder_stages
+        self.beat_bytes = width // 8
+        self.packet_beats = -(-mtu // self.beat_bytes)
+        self.connections = jobs * workers
+        self.slots = jobs * message_slots * message_packets
+        super().__init__({
+            "s_axis": In(axi_stream_signature(width)),
+            "m_axis": Out(axi_stream_signature(width)),
+            "csr": In(csr_signature()),
+        })
+
+    @property
+    def parameters(self):
+        return {"width": self.width, "workers": self.workers, "jobs": self.jobs, "dtype": self.dtype,
+                "ftz": self.ftz, "mtu": self.mtu, "message_packets": self.message_packets,
+                "message_slots": self.message_slots, "max_frame": self.max_frame,
+                "adder_stages": self.adder_stages}
+
+    def elaborate(self, platform):
+        m = Module()
+        W, B = self.width, self.beat_bytes
+        N, J, K, M = self.workers, self.jobs, self.message_slots, self.message_packets
+        C, S, Pb = self.connections, self.slots, self.packet_beats
+        k_bits = max(1, exact_log2(K))
+        m_bits = max(1, ceil_log2(M))
+        slot_bits = max(1, ceil_log2(S))
+        beat_bits = max(1, ceil_log2(Pb))
+        worker_bits = max(1, ceil_log2(N))
+        job_bits = max(1, ceil_log2(J))
+        conn_bits = max(1, ceil_log2(C))
+
+        m.submodules.parser = parser = RoceParser(W)
+        m.submodules.deparser = deparser = RoceDeparser(W)
+        m.submodules.slots = slots = SlotMemory(width=W, workers=N, slots=S, packet_beats=Pb, fmt=self.dtype,
+                                                ftz=self.ftz, adder_stages=self.adder_stages)
+        axis_to_frames(m, self.s_axis, parser.i)
+        frames_to_axis(m, deparser.o, self.m_axis)
+
+        # --- configuration and state ----------------------------------------------------------------------
+        def registers(count, shape, name):
+            return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
+
+        sw_mac, sw_ip = Signal(48), Signal(32)
+        ctl_port = Signal(16, init=CONTROL_PORT)
+        job_valid, job_id = registers(J, 1, "job_valid"), registers(J, 16, "job_id")
+        job_n, job_oldest = registers(J, worker_bits + 1, "job_n"), registers(J, 32, "job_oldest")
+        conn_valid = registers(C, 1, "conn_valid")
+        req_mac, req_ip, req_qpn = registers(C, 48, "req_mac"), registers(C, 32, "req_ip"), registers(C, 24, "req_qpn")
+        resp_ip, resp_qpn = registers(C, 32, "resp_ip"), registers(C, 24, "resp_qpn")
+        start_psn = registers(C, 24, "start_psn")
+        expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
+        next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
+        in_msg, cur_k = registers(C, 1, "in_msg"), registers(C, k_bits, "cur_k")
+        msg_busy, msg_seq = registers(J * K, 1, "msg_busy"), registers(J * K, 32, "msg_seq")
+        wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
+        wk_first = registers(J * K * N, 24, "wk_first")
+        wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
+        pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
+        pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
+        counters = {name: Signal(32, name=f"count_{name}") for name in COUNTERS}
+
+        def count(name, amount=1):
+            m.d.sync += counters[name].eq(counters[name] + amount)
+
+        def workers_mask(j):
+            return Cat(*[Const(w) < job_n[j] for w in range(N)])
+
+        # --- control registers --------------------------------------------------------------------------------
+        csr = self.csr
+        counter_index = Signal(range(len(COUNTERS) + 1))
+        m.d.comb += counter_index.eq(Mux(csr.addr >= CSR.COUNTER_BASE, csr.addr - CSR.COUNTER_BASE,
+                                         len(COUNTERS)))
+        m.d.sync += csr.rdata.eq(Array([counters[n] for n in COUNTERS] + [Const(0, 32)])[counter_index])
+        job_reset = Signal(J)
+        with m.If(csr.we):
+            with m.Switch(csr.addr):
+                for address, target in ((CSR.SWITCH_MAC_LO, sw_mac[:32]), (CSR.SWITCH_MAC_HI, sw_mac[32:]),
+                                        (CSR.SWITCH_IP, sw_ip), (CSR.CONTROL_PORT, ctl_port)):
+                    with m.Case(address):
+                        m.d.sync += target.eq(csr.wdata)
+                for j in range(J):
+                    base = CSR.JOB_BASE + CSR.JOB_STRIDE * j
+                    with m.Case(base + CSR.JOB_ID):
+                        m.d.sync += job_id[j].eq(csr.wdata)
+                    with m.Case(base + CSR.JOB_WORKERS):
+                        m.d.sync += job_n[j].eq(csr.wdata)
+                    with m.Case(base + CSR.JOB_ENABLE):
+                        m.d.sync += job_valid[j].eq(csr.wdata[0])
+                        m.d.comb += job_reset[j].eq(1)
+                for c in range(C):
+                    base = CSR.CONN_BASE + CSR.CONN_STRIDE * c
+                    for offset, target in ((CSR.CONN_REQ_MAC_LO, req_mac[c][:32]),
+                                           (CSR.CONN_REQ_MAC_HI, req_mac[c][32:]),
+                                           (CSR.CONN_REQ_IP, req_ip[c]), (CSR.CONN_REQ_QPN, req_qpn[c]),
+                                           (CSR.CONN_RESP_IP, resp_ip[c]), (CSR.CONN_RESP_QPN, resp_qpn[c]),
+                                           (CSR.CONN_START_PSN, start_psn[c])):
+                        with m.Case(base + offset):
+                            m.d.sync += target.eq(csr.wdata)
+                    with m.Case(base + CSR.CONN_ENABLE):
+                        m.d.sync += [conn_valid[c].eq(csr.wdata[0]), expected[c].eq(start_psn[c]),
+                                     delivered[c].eq(start_psn[c] - 1), next_seq[c].eq(0),
+                                     next_k[c].eq(0), in_msg[c].eq(0), cur_k[c].eq(0)]
+        for j in range(J):
+            with m.If(job_reset[j]):
+                m.d.sync += job_oldest[j].eq(0)
+                for k in range(K):
+                    m.d.sync += msg_busy[j * K + k].eq(0)
+                    for w in range(N):
+                        m.d.sync += [wk_started[(j * K + k) * N + w].eq(0), wk_closed[(j * K + k) * N + w].eq(0)]
+                    for i in range(M):
+                        m.d.sync += [pk_bitmap[(j * K + k) * M + i].eq(0), pk_ready[(j * K + k) * M + i].eq(0)]
+
+        # --- between the monitor and the emitter ------------------------------------------------------------
+        Descriptor = data.StructLayout({
+            "kind": 2,
+            "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": beat_bits + 1, "length": 16,
+            "own": 8 * _OWN_BYTES,
+            "job": job_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1, "value": 32,
+        })
+        FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
+        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=8)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=4)
+        request_layout = slots.sum_request.payload.shape()
+        m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=4)
+        m.d.comb += [
+            slots.sum_request.payload.eq(sum_requests.r_data),
+            slots.sum_request.valid.eq(sum_requests.r_rdy),
+            sum_requests.r_en.eq(slots.sum_request.ready),
+        ]
+        new_descriptor = Signal(Descriptor)
+        new_request = Signal(request_layout)
+        m.d.comb += [descriptors.w_data.eq(new_descriptor), sum_requests.w_data.eq(new_request)]
+
+        # packet ring: committed and speculative write pointers
+        frame_beats = -(-self.max_frame // B)
+        ring_bits = ceil_log2(2 * frame_beats + 2)
+        ring_depth = 1 << ring_bits
+        StoredBeat = data.StructLayout({"data": W, "keep": B, "last": 1, "verdict": 3})
+        m.submodules.ring = ring = Memory(shape=StoredBeat, depth=ring_depth, init=[])
+        ring_w = ring.write_port()
+        ring_r = ring.read_port()
+        ring_committed, ring_cursor, ring_read = Signal(ring_bits + 1), Signal(ring_bits + 1), Signal(ring_bits + 1)
+        ring_free = Signal()
+        m.d.comb += ring_free.eq((ring_cursor - ring_read)[:ring_bits + 1] < ring_depth)
+
+        # header store: the header record of each contribution and its first 16 payload bytes
+        HeaderEntry = data.StructLayout({"header": ParsedHeader, "own": 8 * _OWN_BYTES})
+        m.submodules.header_store = header_store = Memory(shape=HeaderEntry, depth=S * N, init=[])
+        hs_w = header_store.write_port()
+        hs_r = header_store.read_port()
+
+        # --- monitor: classification of the latched header (registered in LOOKUP) ---------------------------
+        h = Signal(ParsedHeader)
+        Plan = data.StructLayout({
+            "control": 1, "plain": 1, "ack": 1, "data": 1,
+            "conn": conn_bits, "job": job_bits, "worker": worker_bits,
+            "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
+            "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
+            "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1,
+        })
+        look, plan = Signal(Plan), Signal(Plan)
+        ip_src = h.ip_src[:32]
+        roce4 = h.roce & (h.ip_version == 4)
+        data_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == req_ip[c]) & (h.bth_dest_qp == resp_qpn[c])
+                         for c in range(C)])
+        ack_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == resp_ip[c]) & (h.bth_dest_qp == req_qpn[c])
+                        for c in range(C)])
+        is_ack = roce4 & (h.bth_opcode == _ACKNOWLEDGE) & ack_hit.any()
+        conn = Signal(conn_bits)
+        for c in reversed(range(C)):
+            with m.If(Mux(is_ack, ack_hit[c], data_hit[c])):
+                m.d.comb += conn.eq(c)
+        conn_job, conn_worker = Signal(job_bits), Signal(worker_bits)
+        m.d.comb += [conn_job.eq(conn // N), conn_worker.eq(conn % N)]
+        opcode, psn = h.bth_opcode, h.bth_psn
+        first = Cat(*[opcode == op for op in _FIRST_OPCODES]).any()
+        distance = Signal(PSN_BITS)
+        m.d.comb += distance.eq(psn - expected[conn])
+        msg_index = Signal(k_bits)
+        packet_index = Signal(24)
+        in_slot = Signal(slot_bits)
+        m.d.comb += [
+            msg_index.eq(Mux(first, next_k[conn], cur_k[conn])),
+            packet_index.eq(Mux(first, 0, psn - wk_first[(conn_job * K + cur_k[conn]) * N + conn_worker])),
+            in_slot.eq((conn_job * K + msg_index) * M + packet_index[:m_bits]),
+        ]
+        message = conn_job * K + msg_index
+        length = h.payload_len
+        dup_found, dup_index0 = Signal(), Signal()
+        dup_slot = Signal(slot_bits)
+        for k in reversed(range(K)):
+            entry = (conn_job * K + k) * N + conn_worker
+            offset = Signal(PSN_BITS, name=f"dup_offset_{k}")
+            m.d.comb += offset.eq(psn - wk_first[entry])
+            held = msg_busy[conn_job * K + k] & wk_started[entry] & (offset < _HALF) & \
+                Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)
+            with m.If(held):
+                m.d.comb += [dup_found.eq(1), dup_index0.eq(offset == 0),
+                             dup_slot.eq((conn_job * K + k) * M + offset[:m_bits])]
+        m.d.comb += [
+            look.control.eq((h.ip_version == 4) & ~h.roce & (h.ip_dst[:32] == sw_ip) & (h.ip_proto == 17)
+                            & (h.udp_dport == ctl_port)),
+            look.plain.eq(~roce4),
+            look.ack.eq(is_ack),
+            look.data.eq(roce4 & ~is_ack & data_hit.any()),
+            look.conn.eq(conn), look.job.eq(conn_job), look.worker.eq(conn_worker),
+            look.write_op.eq(Cat(*[opcode == op for op in _WRITE_OPCODES]).any()),
+            look.gap.eq((distance != 0) & (distance < _HALF)),
+            look.in_seq.eq(distance == 0),
+            look.behind.eq(distance >= _HALF),
+            look.seq_ok.eq(first == ~in_msg[conn]),
+            look.first.eq(first),
+            look.last.eq(Cat(*[opcode == op for op in _LAST_OPCODES]).any()),
+            look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
+            look.credit_ok.eq(~first | (~(msg_busy[message] & (msg_seq[message] != next_seq[conn]))
+                                        & ((next_seq[conn] - job_oldest[conn_job])[:32] < K))),
+            look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0) & (length <= self.mtu)
+                              & ((pk_bitmap[in_slot] == 0) | (pk_len[in_slot] == length))),
+            look.dup_found.eq(dup_found), look.dup_slot.eq(dup_slot), look.dup_index0.eq(dup_index0),
+            look.dup_ready.eq(pk_ready[dup_slot]),
+        ]
+
+        # the path of the payload while it streams
+        forwarding, contributing = Signal(), Signal()
+        m.d.comb += [
+            forwarding.eq(~plan.control & (plan.plain | plan.ack | ~plan.data | ~plan.write_op | plan.gap
+                                           | (plan.in_seq & ~plan.seq_ok) | (plan.behind & ~plan.dup_found))),
+            contributing.eq(~plan.control & ~plan.plain & plan.data & plan.write_op & plan.in_seq
+                            & plan.seq_ok & plan.credit_ok & plan.length_ok),
+        ]
+
+        beat = parser.o.payload
+        beat_index = Signal(range(frame_beats + 2))
+        stream_bytes = Signal(16)
+        oversize = Signal()
+        window = Signal(8 * _WINDOW_BYTES)
+        verdict = Signal(3)
+        write = slots.write[0]
+        m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
+                     write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
+
+        # --- monitor: the outcome at the commit ------------------------------------------------------------------
+        def window_byte(i):
+            return window[8 * i:8 * i + 8]
+
+        agg_ok = ((stream_bytes >= 16)
+                  & (_big_endian(window_byte, 0, 2) == AGG_MAGIC) & (_big_endian(window_byte, 2, 1) == AGG_VERSION)
+                  & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
+                  & (_big_endian(window_byte, 4, 2) == job_id[plan.job])
+                  & (_big_endian(window_byte, 8, 4) == next_seq[plan.conn]))
+        # a control request: the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
+        request_ok, request_job = Signal(), Signal(16)
+        request_worker = Signal(8)
+        for vlan in (0, 1):
+            at = 42 + 4 * vlan
+            with m.If(h.vlan_valid == vlan):
+                m.d.comb += [
+                    request_ok.eq((stream_bytes >= at + 12)
+                                  & (_big_endian(window_byte, at, 2) == CONTROL_MAGIC)
+                                  & (_big_endian(window_byte, at + 2, 1) == CONTROL_VERSION)
+                                  & (_big_endian(window_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)),
+                    request_job.eq(_big_endian(window_byte, at + 4, 2)),
+                    request_worker.eq(_big_endian(window_byte, at + 6, 1)),
+                ]
+        request_j = Signal(job_bits)
+        request_found = Signal()
+        for j in reversed(range(J)):
+            with m.If(job_valid[j] & (job_id[j] == request_job)):
+                m.d.comb += [request_j.eq(j), request_found.eq(1)]
+        request_conn = request_j * N + request_worker[:worker_bits]
+        request_valid = (request_ok & request_found & (request_worker < job_n[request_j])
+                         & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
+
+        bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
+        dup_length_ok = (length == pk_len[plan.dup_slot]) & (stream_bytes == pk_len[plan.dup_slot])
+        Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT")
+        outcome = Signal(range(len(Outcome)))
+        drop_reason = Signal(range(len(COUNTERS)))
+        O = {name: i for i, name in enumerate(Outcome)}
+        R = {name: i for i, name in enumerate(COUNTERS)}
+
+        def decide(kind, reason=None):
+            assigns = [outcome.eq(O[kind])]
+            if reason is not None:
+                assigns.append(drop_reason.eq(R[reason]))
+            return assigns
+
+        with m.If(bad):
+            m.d.comb += decide("DROP", "drop_bad_icrc")
+            with m.If(verdict[0]):
+                m.d.comb += drop_reason.eq(R["drop_bad_checksum"])
+        with m.Elif(oversize):
+            m.d.comb += decide("DROP", "drop_oversize")
+        with m.Elif(plan.control):
+            with m.If(request_valid):
+                m.d.comb += decide("CREDIT", "credit_requests")
+            with m.Else():
+                m.d.comb += decide("DROP", "drop_control")
+        with m.Elif(plan.plain):
+            m.d.comb += decide("FORWARD", "forwarded")
+        with m.Elif(plan.ack):
+            m.d.comb += decide("ACK", "forwarded")
+        with m.Elif(plan.data):
+            with m.If(~plan.write_op):
+                m.d.comb += decide("FORWARD", "passthrough_opcode")
+            with m.Elif(plan.gap):
+                m.d.comb += decide("FORWARD_GAP", "passthrough_gap")
+            with m.Elif(plan.behind):
+                with m.If(~plan.dup_found):
+                    m.d.comb += decide("FORWARD", "passthrough_stale")
+                with m.Elif(~plan.dup_ready):
+                    m.d.comb += decide("DROP", "duplicates_dropped")
+                with m.Elif(~dup_length_ok):
+                    m.d.comb += decide("DROP", "drop_bad_length")
+                with m.Else():
+                    m.d.comb += decide("DUPLICATE", "duplicates_answered")
+            with m.Elif(~plan.seq_ok):
+                m.d.comb += decide("FORWARD", "passthrough_sequence")
+            with m.Elif(plan.first & ~agg_ok):
+                m.d.comb += decide("DROP", "drop_bad_header")
+            with m.Elif(~plan.credit_ok):
+                m.d.comb += decide("DROP", "drop_no_credit")
+            with m.Elif(~plan.length_ok | (stream_bytes != length)):
+                m.d.comb += decide("DROP", "drop_bad_length")
+            with m.Else():
+                m.d.comb += decide("CONTRIBUTE", "aggregated")
+        with m.Else():
+            m.d.comb += decide("FORWARD", "forwarded")
+
+        # the contribution's effects
+        slot = plan.slot
+        bitmap = pk_bitmap[slot] | (Const(1, N) << plan.worker)
+        full = bitmap == workers_mask(plan.job)
+        result_slot = Cat(pk_gen[slot], slot)
+        packet_beats = Signal(beat_bits + 1)
+        m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
+
+        # --- monitor FSM -----------------------------------------------------------------------------------------
+        release_job = Signal(job_bits)
+        oldest = job_oldest[release_job]
+        oldest_k = oldest[:k_bits]
+        oldest_message = release_job * K + oldest_k
+        releasable = msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
+        for w in range(N):
+            entry = oldest_message * N + w
+            done = wk_closed[entry] & _not_behind(delivered[release_job * N + w],
+                                                  wk_first[entry] + wk_count[entry] - 1)
+            releasable &= (Const(w) >= job_n[release_job]) | done
+
+        with m.FSM(name="monitor"):
+            with m.State("IDLE"):
+                m.d.comb += parser.hdr.ready.eq(1)
+                with m.If(parser.hdr.valid):
+                    m.d.sync += [h.eq(parser.hdr.payload), beat_index.eq(0), stream_bytes.eq(0),
+                                 oversize.eq(0), window.eq(0)]
+                    m.next = "LOOKUP"
+            with m.State("LOOKUP"):
+                m.d.sync += plan.eq(look)
+                m.next = "STREAM"
+            with m.State("STREAM"):
+                m.d.comb += parser.o.ready.eq(~forwarding | oversize | ring_free)
+                with m.If(parser.o.valid & parser.o.ready):
+                    total = stream_bytes + sum(beat.keep[i] for i in range(B))
+                    too_long = total > self.max_frame
+                    m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(total)]
+                    with m.If(too_long):
+                        m.d.sync += oversize.eq(1)
+                    for wb in range(max(1, _WINDOW_BYTES // B)):
+                        with m.If(beat_index == wb):
+                            m.d.sync += window[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
+                    with m.If(forwarding & ~oversize & ~too_long):
+                        m.d.comb += [ring_w.en.eq(1), ring_w.addr.eq(ring_cursor[:ring_bits]),
+                                     ring_w.data.data.eq(beat.data), ring_w.data.keep.eq(beat.keep),
+                                     ring_w.data.last.eq(beat.last),
+                                     ring_w.data.verdict.eq(beat.verdict.as_value())]
+                        m.d.sync += ring_cursor.eq(ring_cursor + 1)
+                    m.d.comb += write.valid.eq(contributing & (beat_index < Pb))
+                    with m.If(beat.last):
+                        m.d.sync += verdict.eq(beat.verdict.as_value())
+                        m.next = "COMMIT"
+            with m.State("COMMIT"):
+                room = descriptors.w_rdy & headers.w_rdy & sum_requests.w_rdy
+                with m.If(room):
+                    m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
+                    counter_array = Array(counters[name] for name in COUNTERS)
+                    m.d.sync += counter_array[drop_reason].eq(counter_array[drop_reason] + 1)
+                    goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
+                    with m.If(goes_on):
+                        m.d.sync += ring_committed.eq(ring_cursor)
+                        shifted = Signal(ParsedHeader)
+                        m.d.comb += [shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT)]
+                        m.d.comb += [headers.w_en.eq(1),
+                                     headers.w_data.eq(Mux(outcome == O["FORWARD_GAP"], shifted, h)),
+                                     new_descriptor.kind.eq(FORWARD), descriptors.w_en.eq(1)]
+                    with m.Else():
+                        m.d.sync += ring_cursor.eq(ring_committed)
+                    with m.If(outcome == O["DUPLICATE"]):
+                        m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
+                                     new_descriptor.kind.eq(DUPLICATE),
+                                     new_descriptor.rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot)),
+                                     new_descriptor.index0.eq(plan.dup_index0),
+                                     new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                                     new_descriptor.own.eq(window[:8 * _OWN_BYTES])]
+                    with m.If(outcome == O["CREDIT"]):
+                        m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
+                                     new_descriptor.job.eq(request_j), new_descriptor.worker.eq(request_worker),
+                                     new_descriptor.all.eq(0), new_descriptor.workers.eq(job_n[request_j]),
+                                     new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
+                        count("credits_sent")
+                    with m.If(outcome == O["ACK"]):
+                        count("acks_seen")
+                        through = Signal(PSN_BITS)
+                        syndrome = h.aeth_syndrome
+                        advance = Signal()
+                        m.d.comb += [
+                            through.eq(Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)),
+                            advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
+                                       & ~_not_behind(delivered[plan.conn], through)
+                                       & _not_behind(expected[plan.conn] - 1, through)),
+                        ]
+                        with m.If(advance):
+                            m.d.sync += delivered[plan.conn].eq(through)
+                        m.d.sync += release_job.eq(plan.job)
+                        m.next = "RELEASE"
+                    with m.Else():
+                        m.next = "IDLE"
+                    with m.If(outcome == O["CONTRIBUTE"]):
+                        c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
+                        entry = (j * K + k) * N + w
+                        m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
+                                     expected[c].eq(expected[c] + 1)]
+                        m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(slot * N + w), hs_w.data.header.eq(h),
+                                     hs_w.data.own.eq(window[:8 * _OWN_BYTES])]
+                        with m.If(plan.first):
+                            m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
+                                         wk_started[entry].eq(1), wk_closed[entry].eq(0),
+                                         wk_first[entry].eq(psn), in_msg[c].eq(1), cur_k[c].eq(k)]
+                        with m.If(plan.last):
+                            m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
+                                         in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
+                                         next_k[c].eq(next_k[c] + 1)]
+                        with m.If(full):
+                            m.d.sync += pk_ready[slot].eq(1)
+                            count("results_sent", job_n[j])
+                            m.d.comb += [
+                                sum_requests.w_en.eq(1),
+                                new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
+                                new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
+                                descriptors.w_en.eq(1), new_descriptor.kind.eq(RESULTS),
+                                new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
+                                new_descriptor.index0.eq(plan.index == 0),
+                                new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                                new_descriptor.job.eq(j), new_descriptor.workers.eq(job_n[j]),
+                            ]
+            with m.State("RELEASE"):
+                with m.If(~releasable):
+                    m.next = "IDLE"
+                with m.Elif(descriptors.w_rdy):
+                    m.d.sync += [msg_busy[oldest_message].eq(0), oldest.eq(oldest + 1)]
+                    for w in range(N):
+                        m.d.sync += [wk_started[oldest_message * N + w].eq(0),
+                                     wk_closed[oldest_message * N + w].eq(0)]
+                    for i in range(M):
+                        packet = oldest_message * M + i
+                        m.d.sync += [pk_bitmap[packet].eq(0), pk_ready[packet].eq(0),
+                                     pk_gen[packet].eq(~pk_gen[packet])]
+                    count("credits_sent", job_n[release_job])
+                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
+                                 new_descriptor.job.eq(release_job), new_descriptor.all.eq(1),
+                                 new_descriptor.workers.eq(job_n[release_job]),
+                                 new_descriptor.value.eq(oldest + K)]
+
+        self._emitter(m, locals())
+        return m
+
+    # ---------------------------------------------------------------------------------------------------------
+
+    def _emitter(self, m, env):
+        """Descriptors in commit order to (header record, payload stream) pairs for the deparser."""
+        W, B, N, Pb = self.width, self.beat_bytes, self.workers, self.packet_beats
+        deparser, slots, descriptors, headers = env["deparser"], env["slots"], env["descriptors"], env["headers"]
+        Descriptor, hs_r, ring_r = env["Descriptor"], env["hs_r"], env["ring_r"]
+        ring_read, ring_committed, ring_bits = env["ring_read"], env["ring_committed"], env["ring_bits"]
+        req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
+        sw_mac, sw_ip, ctl_port, counters = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["counters"]
+        FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
+
+        d = Signal(Descriptor)
+        worker = Signal(range(N + 1))
+        out = deparser.i
+        taken = Signal()
+        m.d.comb += taken.eq(out.valid & out.ready)
+
+        # payload source 1: the packet ring (registered read, one word ahead)
+        ring_active, ring_valid = Signal(), Signal()
+        ring_last = ring_r.data.last
+        ring_issue = ring_active & (ring_read != ring_committed) & (~ring_valid | (taken & ~ring_last))
+        m.d.comb += [ring_r.en.eq(ring_issue), ring_r.addr.eq(ring_read[:ring_bits])]
+        with m.If(ring_issue):
+            m.d.sync += [ring_read.eq(ring_read + 1), ring_valid.eq(1)]
+        with m.Elif(taken):
+            m.d.sync += ring_valid.eq(0)
+
+        # payload source 2: the result memory, with a first packet's own 16 bytes
+        read = slots.read[0]
+        result_active, result_valid = Signal(), Signal()
+        issued = Signal(range(Pb + 2))
+        shown = Signal(range(Pb + 1))           # beat index of the word on read.data
+        own = Signal(8 * 16)
+        result_issue = result_active & (issued < d.beats) & (~result_valid | taken)
+        m.d.comb += [read.en.eq(result_issue), read.result_slot.eq(d.rslot), read.beat.eq(issued)]
+        with m.If(result_issue):
+            m.d.sync += [issued.eq(issued + 1), shown.eq(issued), result_valid.eq(1)]
+        with m.Elif(taken):
+            m.d.sync += result_valid.eq(0)
+        result_data = Signal(W)
+        m.d.comb += result_data.eq(read.data)
+        for lane in range(min(B, 16)):
+            for beat_no in range(16 // B if B < 16 else 1):
+                if beat_no * B + lane < 16:
+                    with m.If(d.index0 & (shown == beat_no)):
+                        m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own[8 * (beat_no * B + lane):][:8])
+        result_last = shown == d.beats - 1
+        tail = Signal(range(B + 1))
+        m.d.comb += tail.eq(d.length - ((d.beats - 1) << exact_log2(B)))
+        result_keep = Mux(result_last, Cat(*[Const(i) < tail for i in range(B)]), (1 << B) - 1)
+
+        # payload source 3: a CREDIT control frame, 60 bytes
+        control_beats = -(-ETH_MIN_FRAME // B)
+        control = Signal(8 * B * control_beats)
+        control_beat = Signal(range(control_beats + 1))
+        control_active = Signal()
+        conn = d.job * N + worker
+        frame = self._control_frame(m, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw_mac, src_ip=sw_ip,
+                                    port=ctl_port, job=job_id[d.job], worker=worker, value=d.value)
+        control_words = Array(control[i * W:(i + 1) * W] for i in range(control_beats))
+        last_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
+
+        with m.If(ring_active):
+            m.d.comb += [out.valid.eq(ring_valid), out.payload.data.eq(ring_r.data.data),
+                         out.payload.keep.eq(ring_r.data.keep), out.payload.last.eq(ring_last),
+                         out.payload.verdict.eq(ring_r.data.verdict)]
+        with m.Elif(result_active):
+            m.d.comb += [out.valid.eq(result_valid), out.payload.data.eq(result_data),
+                         out.payload.keep.eq(result_keep), out.payload.last.eq(result_last),
+                         out.payload.first.eq(shown == 0), out.payload.verdict.eq(_GOOD_VERDICT)]
+        with m.Elif(control_active):
+            is_last = control_beat == control_beats - 1
+            m.d.comb += [out.valid.eq(1), out.payload.data.eq(control_words[control_beat]),
+                         out.payload.keep.eq(Mux(is_last, last_keep, (1 << B) - 1)),
+                         out.payload.last.eq(is_last), out.payload.first.eq(control_beat == 0)]
+            with m.If(taken):
+                m.d.sync += control_beat.eq(control_beat + 1)
+
+        hdr = deparser.hdr
+        incoming = data.View(Descriptor, descriptors.r_data)
+        store_read = Signal()
+        m.d.comb += hs_r.en.eq(store_read)
+        with m.FSM(name="emitter"):
+            with m.State("IDLE"):
+                m.d.comb += descriptors.r_en.eq(1)
+                with m.If(descriptors.r_rdy):
+                    m.d.sync += d.eq(descriptors.r_data)
+                    with m.Switch(incoming.kind):
+                        with m.Case(FORWARD, DUPLICATE):
+                            m.next = "HEADER_FIFO"
+                        with m.Case(RESULTS):
+                            m.next = "WAIT_SUM"
+                        with m.Case(CREDITS):
+                            m.d.sync += worker.eq(Mux(incoming.all, 0, incoming.worker))
+                            m.next = "CONTROL"
+            with m.State("HEADER_FIFO"):
+                m.d.comb += [hdr.valid.eq(headers.r_rdy), hdr.payload.eq(headers.r_data)]
+                with m.If(hdr.valid & hdr.ready):
+                    m.d.comb += headers.r_en.eq(1)
+                    count_out = counters["frames_out"]
+                    m.d.sync += count_out.eq(count_out + 1)
+                    with m.If(d.kind == FORWARD):
+                        m.d.sync += ring_active.eq(1)
+                    with m.Else():
+                        m.d.sync += [result_active.eq(1), issued.eq(0), own.eq(d.own)]
+                    m.next = "PAYLOAD"
+            with m.State("WAIT_SUM"):
+                m.d.comb += slots.sum_done.ready.eq(1)
+                with m.If(slots.sum_done.valid):
+                    m.d.sync += worker.eq(0)
+                    m.next = "STORE_READ"
+            with m.State("STORE_READ"):
+                m.d.comb += [store_read.eq(1), hs_r.addr.eq(d.slot * N + worker)]
+                m.next = "STORE_HEADER"
+            with m.State("STORE_HEADER"):
+                m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(hs_r.data.header)]
+                with m.If(hdr.ready):
+                    count_out = counters["frames_out"]
+                    m.d.sync += [count_out.eq(count_out + 1), result_active.eq(1), issued.eq(0),
+                                 own.eq(hs_r.data.own)]
+                    m.next = "PAYLOAD"
+            with m.State("CONTROL"):
+                m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0)]
+                with m.If(hdr.ready):
+                    count_out = counters["frames_out"]
+                    m.d.sync += [count_out.eq(count_out + 1), control.eq(frame), control_beat.eq(0),
+                                 control_active.eq(1)]
+                    m.next = "PAYLOAD"
+            with m.State("PAYLOAD"):
+                with m.If(taken & out.payload.last):
+                    m.d.sync += [ring_active.eq(0), result_active.eq(0), control_active.eq(0)]
+                    more = (d.kind != FORWARD) & (d.kind != DUPLICATE) & (worker + 1 < d.workers) \
+                        & ((d.kind == RESULTS) | d.all)
+                    with m.If(more & (d.kind == RESULTS)):
+                        m.d.sync += worker.eq(worker + 1)
+                        m.next = "STORE_READ"
+                    with m.Elif(more):
+                        m.d.sync += worker.eq(worker + 1)
+                        m.next = "CONTROL"
+                    with m.Else():
+                        m.next = "IDLE"
+
+    def _control_frame(self, m, *, dst_mac, dst_ip, src_mac, src_ip, port, job, worker, value):
+        """A CREDIT control frame (``netreduce.host.protocol.build_control_frame``), zero-padded to whole
+        beats: byte ``i`` in bits ``8i..8i+7``."""
+        def big_endian(v, n):
+            v = Value.cast(v)
+            v = Cat(v, Const(0, 8 * n - len(v))) if len(v) < 8 * n else v
+            return [v[8 * (n - 1 - i):8 * (n - i)] for i in range(n)]
+
+        def constant(v, n):
+            return [Const((v >> 8 * (n - 1 - i)) & 0xFF, 8) for i in range(n)]
+
+        # IPv4 header checksum: the constant words, then the addresses, folded twice
+        fixed = 0x4500 + 40 + 0x4000 + ((64 << 8) | 17)
+        total, once, checksum = Signal(20), Signal(17), Signal(16)
+        m.d.comb += [
+            total.eq(fixed + src_ip[16:] + src_ip[:16] + dst_ip[16:] + dst_ip[:16]),
+            once.eq(total[:16] + total[16:]),
+            checksum.eq(~(once[:16] + once[16:])),
+        ]
+        octets = (big_endian(dst_mac, 6) + big_endian(src_mac, 6) + constant(ETHERTYPE_IPV4, 2)
+                  + constant(0x4500, 2) + constant(40, 2) + constant(0, 2) + constant(0x4000, 2)
+                  + constant((64 << 8) | 17, 2) + big_endian(checksum, 2) + big_endian(src_ip, 4)
+                  + big_endian(dst_ip, 4) + big_endian(port, 2) + big_endian(port, 2) + constant(20, 2)
+                  + constant(0, 2) + constant(CONTROL_MAGIC, 2) + constant(CONTROL_VERSION, 1)
+                  + constant(int(ControlType.CREDIT), 1) + big_endian(job, 2) + big_endian(worker, 1)
+                  + constant(0, 1) + big_endian(value, 4))
+        beats = -(-ETH_MIN_FRAME // self.beat_bytes)
+        octets += [Const(0, 8)] * (beats * self.beat_bytes - len(octets))
+        return Cat(*octets)
