@@ -92,7 +92,9 @@ def generate_verilog(component, name, path=None):
 def _param_tag(params):
     text = "-".join(f"{key}{value}" for key, value in sorted(params.items()))
     text = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
-    return text[:80] or "default"
+    if len(text) > 80:      # long parameter lists: a readable prefix and a hash of the whole
+        text = f"{text[:63]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return text or "default"
 
 
 def run_cocotb(component, *, name, test_module, build_params=None, params=None, simulator=None,
