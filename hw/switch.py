@@ -28,7 +28,8 @@ the counter at ``addr`` the clock after):
 ====================  ============================================================================
 0x000, 0x001          switch MAC, low 32 and high 16 bits
 0x002, 0x003          switch IPv4 address, control UDP port (default 4792)
-0x010 + 4 j           job j: +0 job id, +1 workers, +2 enable (writing resets the job's state)
+0x010 + 4 j           job j: +0 job id, +1 workers, +2 enable (writing resets the job's state),
+                      +3 MTU (bytes, at most the build's ``mtu``; default the build's)
 0x100 + 8 c           connection c = j * N + w: +0/+1 requester MAC low/high, +2 requester IP,
                       +3 requester QPN, +4 responder IP, +5 responder QPN, +6 first PSN,
                       +7 enable (writing resets the connection's state)
@@ -69,7 +70,7 @@ class CSR:
     """Word addresses of the control registers (see the module documentation)."""
     SWITCH_MAC_LO, SWITCH_MAC_HI, SWITCH_IP, CONTROL_PORT = 0x000, 0x001, 0x002, 0x003
     JOB_BASE, JOB_STRIDE = 0x010, 4
-    JOB_ID, JOB_WORKERS, JOB_ENABLE = 0, 1, 2
+    JOB_ID, JOB_WORKERS, JOB_ENABLE, JOB_MTU = 0, 1, 2, 3
     CONN_BASE, CONN_STRIDE = 0x100, 8
     (CONN_REQ_MAC_LO, CONN_REQ_MAC_HI, CONN_REQ_IP, CONN_REQ_QPN, CONN_RESP_IP, CONN_RESP_QPN,
      CONN_START_PSN, CONN_ENABLE) = range(8)
@@ -171,6 +172,7 @@ class NetReduceSwitch(wiring.Component):
         ctl_port = Signal(16, init=CONTROL_PORT)
         job_valid, job_id = registers(J, 1, "job_valid"), registers(J, 16, "job_id")
         job_n, job_oldest = registers(J, worker_bits + 1, "job_n"), registers(J, 32, "job_oldest")
+        job_mtu = Array(Signal(13, name=f"job_mtu_{j}", init=self.mtu) for j in range(J))
         conn_valid = registers(C, 1, "conn_valid")
         req_mac, req_ip, req_qpn = registers(C, 48, "req_mac"), registers(C, 32, "req_ip"), registers(C, 24, "req_qpn")
         resp_ip, resp_qpn = registers(C, 32, "resp_ip"), registers(C, 24, "resp_qpn")
@@ -211,6 +213,8 @@ class NetReduceSwitch(wiring.Component):
                         m.d.sync += job_id[j].eq(csr.wdata)
                     with m.Case(base + CSR.JOB_WORKERS):
                         m.d.sync += job_n[j].eq(csr.wdata)
+                    with m.Case(base + CSR.JOB_MTU):
+                        m.d.sync += job_mtu[j].eq(Mux(csr.wdata > self.mtu, self.mtu, csr.wdata))
                     with m.Case(base + CSR.JOB_ENABLE):
                         m.d.sync += job_valid[j].eq(csr.wdata[0])
                         m.d.comb += job_reset[j].eq(1)
@@ -341,7 +345,7 @@ class NetReduceSwitch(wiring.Component):
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
             look.credit_ok.eq(~first | (~(msg_busy[message] & (msg_seq[message] != next_seq[conn]))
                                         & ((next_seq[conn] - job_oldest[conn_job])[:32] < K))),
-            look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0) & (length <= self.mtu)
+            look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0) & (length <= job_mtu[conn_job])
                               & ((pk_bitmap[in_slot] == 0) | (pk_len[in_slot] == length))),
             look.dup_found.eq(dup_found), look.dup_slot.eq(dup_slot), look.dup_index0.eq(dup_index0),
             look.dup_ready.eq(pk_ready[dup_slot]),

@@ -83,6 +83,7 @@ class TB:
             base = CSR.JOB_BASE + CSR.JOB_STRIDE * j
             await self.write(base + CSR.JOB_ID, job.job)
             await self.write(base + CSR.JOB_WORKERS, job.workers)
+            await self.write(base + CSR.JOB_MTU, job.mtu)
             await self.write(base + CSR.JOB_ENABLE, 1)
         for conn in config.connections:
             base = CSR.CONN_BASE + CSR.CONN_STRIDE * (position[conn.job] * workers + conn.worker)
@@ -116,7 +117,7 @@ async def scenario_against_model(dut):
         scenario = pickle.load(file)
     tb = TB(dut, params)
     await tb.reset()
-    await tb.configure(scenario["config"], params["workers"])
+    await tb.configure(scenario["config"], params["workers"])   # the build's N
     frames = [frame for _, frame in scenario["inputs"]]
     expected = [frame for produced in scenario["outputs"] for _, frame in produced]
     cocotb.start_soon(tb.send_all(frames))

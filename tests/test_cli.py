@@ -41,6 +41,7 @@ def test_subcommand_help(name):
     ["parse-pcap", "x.pcap", "--sim", "modelsim"],
     ["generate"],
     ["generate", "--width", "32", "--out", "x"],
+    ["generate", "--out", "x", "--message-slots", "3"],
 ])
 def test_user_errors_are_one_line(tmp_path, args):
     result = subprocess.run([sys.executable, "-m", "netreduce", *args], capture_output=True, text=True,
@@ -91,12 +92,14 @@ def test_parse_pcap_rtl_matches_model(width):
 @pytest.mark.parametrize("width", [64, 512])
 def test_generate_writes_verilog_and_manifest(tmp_path, width):
     out = tmp_path / "gen"
-    netreduce("generate", "--width", str(width), "--out", str(out))
+    netreduce("generate", "--width", str(width), "--out", str(out), "--workers", "2", "--jobs", "1")
     verilog = (out / "netreduce_top.v").read_text()
     assert "module netreduce_top" in verilog
     manifest = json.loads((out / "netreduce_top.json").read_text())
     ports = {port["name"]: port for port in manifest["ports"]}
     assert ports["s_axis__tdata"] == {"name": "s_axis__tdata", "direction": "input", "width": width}
     assert ports["m_axis__tkeep"]["width"] == width // 8 and ports["m_axis__tready"]["direction"] == "input"
+    assert ports["csr__rdata"]["direction"] == "output" and ports["csr__addr"]["width"] == 12
+    assert manifest["parameters"]["workers"] == 2 and manifest["parameters"]["width"] == width
     for name in ports:
         assert name in verilog

@@ -1,40 +1,109 @@
-"""Launch tb/switch_tb.py: all-reduce traffic recorded on the golden model, replayed into the generated
-Verilog of NetReduceSwitch and compared frame for frame, byte for byte, and counter for counter."""
+"""Launch tb/switch_tb.py: all-reduce traffic recorded on the golden model (emulated RC workers, faults on
+both sides of the switch), replayed into the generated Verilog of NetReduceSwitch, and compared frame for
+frame, byte for byte and counter for counter.
+
+Four builds keep the suite short: binary32 at 64 bits (8 workers, 2 jobs) and at 512 bits (4 workers,
+2 jobs), and bfloat16 and binary16 at 64 bits; every build has room for a 4096-byte MTU, and each job's
+MTU is a control register.
+"""
 
 import pickle
 
+import numpy as np
 import pytest
 
 from netreduce.host.faults import FaultSpec
 from netreduce.host.network import ModelEngine, build_allreduce
+from netreduce.host.packets import build_roce_frame
+from netreduce.host.protocol import AggHeader
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.sim.runner import run_cocotb
 
+FAULTS = FaultSpec(loss=0.03, duplicate=0.03, reorder=0.03, corrupt=0.03)
+BUILDS = {
+    "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32"),
+    "fp32x512": dict(width=512, workers=4, jobs=2, dtype="fp32"),
+    "bf16x64": dict(width=64, workers=4, jobs=1, dtype="bf16"),
+    "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16"),
+}
 
-def record(**kwargs):
-    """Run an all-reduce on the golden model and keep what reached and left the switch."""
-    network, jobs, _ = build_allreduce(engine=lambda config: ModelEngine(config, record=True), **kwargs)
-    status = network.run()
-    assert status == "done"
+
+def record(setup=None, **kwargs):
+    """Run an all-reduce on the golden model and keep what reached the switch and what it sent."""
+    network, _, _ = build_allreduce(engine=lambda config: ModelEngine(config, record=True), message_packets=4,
+                                    message_slots=4, **kwargs)
+    if setup is not None:
+        setup(network)
+    status = network.run(time_limit_ns=10**10)
     engine = network.engine
-    return {"config": network.switch_config, "inputs": engine.inputs, "outputs": engine.outputs,
-            "counters": dict(engine.counters)}
+    return {"status": status, "config": network.switch_config, "inputs": engine.inputs,
+            "outputs": engine.outputs, "counters": dict(engine.counters)}
 
 
-def run_switch(tmp_path, scenario, *, width, workers, jobs=2, idle=0.0, backpressure=0.0, seed=0):
-    job = scenario["config"].jobs[0]
-    switch = NetReduceSwitch(width=width, workers=workers, jobs=jobs, dtype=job.dtype, mtu=job.mtu,
-                             message_packets=job.message_packets, message_slots=job.message_slots,
+def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0):
+    switch = NetReduceSwitch(**BUILDS[build], mtu=4096, message_packets=4, message_slots=4,
                              max_frame=scenario["config"].max_frame)
     path = tmp_path / "scenario.pickle"
     path.write_bytes(pickle.dumps(scenario))
     run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
-               build_params=switch.parameters, params={"scenario": str(path), "workers": workers,
-                                                       "idle": idle, "backpressure": backpressure,
-                                                       "seed": seed})
+               build_params=switch.parameters,
+               params={"scenario": str(path), "idle": idle, "backpressure": backpressure, "seed": seed})
 
 
-@pytest.mark.parametrize("width", [64, 512])
-def test_clean_allreduce(tmp_path, width):
-    scenario = record(workers=3, nbytes=3000, mtu=256, message_packets=4, message_slots=2, seed=1)
-    run_switch(tmp_path, scenario, width=width, workers=4)
+def greedy_and_spoofed(network):
+    """Worker 0 of job 0 ignores its credits; a stranger and a wrong QPN write into the job."""
+    greedy = next(w for w in network.workers if w.job.job == 0 and w.index == 0)
+    greedy.allowed = 1 << 30
+    header = AggHeader(job=0, msg_seq=0, elements=60)
+    for i, (src_ip, qpn) in enumerate((("10.0.9.9", greedy.requester.remote.qpn),
+                                       (greedy.host.ip, 0x999))):
+        frame = build_roce_frame(0x0A, header.pack() + np.full(60, 1e30, np.float32).tobytes(),
+                                 reth=(0, 0, 256), eth_dst=network.hosts[1].address.mac, src_ip=src_ip,
+                                 dst_ip=network.hosts[1].address.ip, dest_qp=qpn, psn=i)
+        network.at(2000 + i, network.hosts[0].send, frame, 2000 + i)
+
+
+def test_faults_two_jobs_psn_wrap_64(tmp_path):
+    scenario = record(workers=3, jobs=2, nbytes=6000, mtu=256, faults_up=FAULTS, faults_down=FAULTS,
+                      start_psn=(1 << 24) - 20, credit_timeout_ns=20_000, seed=1)
+    assert scenario["status"] == "done"
+    counters = scenario["counters"]
+    for name in ("passthrough_gap", "duplicates_answered", "drop_bad_icrc", "credits_sent"):
+        assert counters[name] > 0, name          # the scenario reaches these paths
+    replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=1)
+
+
+def test_eight_workers_64(tmp_path):
+    scenario = record(workers=8, nbytes=12000, mtu=1024, seed=2)
+    assert scenario["status"] == "done"
+    replay(tmp_path, scenario, "fp32x64", backpressure=0.3, seed=2)
+
+
+def test_credit_violation_spoofing_and_credit_requests_64(tmp_path):
+    scenario = record(workers=2, jobs=2, nbytes=40000, mtu=1024, credit_timeout_ns=5_000, seed=3,
+                      setup=greedy_and_spoofed)
+    counters = scenario["counters"]
+    assert counters["drop_no_credit"] > 0 and counters["credit_requests"] > 0
+    replay(tmp_path, scenario, "fp32x64", idle=0.05, seed=3)
+
+
+def test_faults_512(tmp_path):
+    scenario = record(workers=3, jobs=2, nbytes=8000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
+                      start_psn=(1 << 24) - 10, seed=4, width=512)
+    assert scenario["status"] == "done"
+    replay(tmp_path, scenario, "fp32x512", idle=0.1, backpressure=0.2, seed=4)
+
+
+def test_mtu_4096_512(tmp_path):
+    scenario = record(workers=4, nbytes=40000, mtu=4096, seed=5, width=512)
+    assert scenario["status"] == "done"
+    replay(tmp_path, scenario, "fp32x512", backpressure=0.3, seed=5)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_16_bit_formats_64(tmp_path, dtype):
+    faults = FaultSpec(loss=0.02, duplicate=0.02, reorder=0.02)
+    scenario = record(workers=3, nbytes=3002, mtu=256, dtype=dtype, faults_up=faults, faults_down=faults,
+                      seed=6)
+    assert scenario["status"] == "done"
+    replay(tmp_path, scenario, f"{dtype}x64", idle=0.1, backpressure=0.1, seed=6)

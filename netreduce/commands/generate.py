@@ -1,5 +1,6 @@
-"""``netreduce generate``: write the Verilog of the top module built so far (the RoCE v2 parser followed
-by the deparser, ``netreduce.hw.top.RocePipelineTop``) and a manifest of its ports."""
+"""``netreduce generate``: write the Verilog of the NetReduce switch (``netreduce.hw.switch.
+NetReduceSwitch``, module ``netreduce_top``) with the build parameters given as options, and a manifest of
+its ports and parameters."""
 
 import json
 from pathlib import Path
@@ -16,6 +17,17 @@ def register(subparsers):
                                    description=__doc__)
     parser.add_argument("--width", type=int, choices=(64, 512), default=64, help="datapath width in bits")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    parser.add_argument("--workers", type=int, default=8, metavar="N", help="most workers of a job (default 8)")
+    parser.add_argument("--jobs", type=int, default=2, metavar="J", help="jobs at once (default 2)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="element format")
+    parser.add_argument("--ftz", action="store_true", help="flush subnormals to zero (saves area)")
+    parser.add_argument("--mtu", type=int, default=4096, help="largest payload per packet, bytes (default 4096)")
+    parser.add_argument("--message-packets", type=int, default=4, metavar="M", help="most packets per message")
+    parser.add_argument("--message-slots", type=int, default=4, metavar="K",
+                        help="messages per job in the switch at once, a power of two (the credit window)")
+    parser.add_argument("--max-frame", type=int, default=9216, metavar="BYTES",
+                        help="longest frame that can go on (default 9216, jumbo)")
+    parser.add_argument("--adder-stages", type=int, default=5, metavar="S", help="pipeline depth of each adder")
     parser.set_defaults(func=run)
 
 
@@ -32,7 +44,7 @@ def port_manifest(component, name):
 
 
 def run(args):
-    from ..hw.top import RocePipelineTop
+    from ..hw.switch import NetReduceSwitch
     from ..sim.runner import generate_verilog
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -41,11 +53,18 @@ def run(args):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"cannot create {out}: {error.strerror}") from None
-    top = RocePipelineTop(args.width)
+    try:
+        top = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
+                              ftz=args.ftz, mtu=args.mtu, message_packets=args.message_packets,
+                              message_slots=args.message_slots, max_frame=args.max_frame,
+                              adder_stages=args.adder_stages)
+    except ValueError as error:
+        raise UserError(str(error)) from None
     verilog_path = out / f"{TOP_NAME}.v"
     generate_verilog(top, TOP_NAME, verilog_path)
-    manifest = {**port_manifest(top, TOP_NAME), "width": args.width,
-                "parameters": {"width": args.width}, "verilog": verilog_path.name}
+    manifest = {**port_manifest(top, TOP_NAME), "width": args.width, "parameters": top.parameters,
+                "verilog": verilog_path.name,
+                "csr": "docs/ARCHITECTURE.md, 'Switch RTL' (word addresses; counters at 0x400 + index)"}
     (out / f"{TOP_NAME}.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {verilog_path} and {out / (TOP_NAME + '.json')}")
     return 0
