@@ -223,7 +223,7 @@ def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None):
     start = time.monotonic()
     work = _work_dir(name, work_dir)
     (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
-    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -family {family} -top {name}\n"
+    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -flatten -family {family} -top {name}\n"
               f"tee -q -o {name}_stat.json stat -json\n", work, log="yosys_xilinx.log")
     cells = _stat_cells(work / f"{name}_stat.json", name)
     return {
