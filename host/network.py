@@ -68,17 +68,20 @@ class ModelEngine:
         self.latency_ns = latency_ns
         self.network = None
         self.record = record
-        self.inputs, self.outputs = [], []     # with ``record``: (port, frame) in, [(port, frame)] out
+        # with ``record``: (port, frame) in; [(port, frame)] out; how many of those were slot results
+        self.inputs, self.outputs, self.results = [], [], []
 
     @property
     def counters(self):
         return self.model.counters
 
     def inject(self, port, frame, now):
+        before = self.model.counters["results_sent"]
         produced = self.model.receive(port, frame)
         if self.record:
             self.inputs.append((port, frame))
             self.outputs.append(produced)
+            self.results.append(self.model.counters["results_sent"] - before)
         for out_port, out_frame in produced:
             self.network.at(now + self.latency_ns, self.network.from_switch, out_port, out_frame)
 

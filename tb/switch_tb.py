@@ -136,3 +136,63 @@ async def scenario_against_model(dut):
               if counts[name] != scenario["counters"][name]}
     assert not differ, f"counters (rtl, model): {differ}"
     tb.log.info("%d frames in, %d out, all equal to the model's; counters equal", len(frames), len(expected))
+
+
+@cocotb.test()
+async def measure(dut):
+    """Not a check but a measurement (benchmarks/bench_switch.py): the scenario's frames back to back,
+    the sink always ready; writes throughput and latency figures as JSON to ``out``."""
+    import json
+    import time
+
+    params = cocotb_params()
+    with open(params["scenario"], "rb") as file:
+        scenario = pickle.load(file)
+    tb = TB(dut, params)
+    await tb.reset()
+    await tb.configure(scenario["config"], params["workers"])
+    frames = [frame for _, frame in scenario["inputs"]]
+    expected = [frame for produced in scenario["outputs"] for _, frame in produced]
+    cycle = 0
+    ins, outs, in_last, out_first = [], [], [], []
+    starting = True
+
+    async def observe():
+        nonlocal cycle, starting
+        while True:
+            await RisingEdge(dut.clk)
+            cycle += 1
+            if dut.s_axis__tvalid.value == 1 and dut.s_axis__tready.value == 1:
+                ins.append(cycle)
+                if dut.s_axis__tlast.value == 1:
+                    in_last.append(cycle)
+            if dut.m_axis__tvalid.value == 1 and dut.m_axis__tready.value == 1:
+                if starting:
+                    out_first.append(cycle)
+                outs.append(cycle)
+                starting = dut.m_axis__tlast.value == 1
+    cocotb.start_soon(observe())
+    wall = time.perf_counter()
+    cocotb.start_soon(tb.send_all(frames))
+    got = await tb.receive(len(expected), timeout_cycles=2000 + 4 * sum(len(f) for f in frames + expected))
+    wall = time.perf_counter() - wall
+    assert got == expected, "the measured run differs from the model"
+    # latency: from the last beat of each frame that completed a slot to the first beat of its first result
+    latencies, position = [], 0
+    for index, produced in enumerate(scenario["outputs"]):
+        if scenario["results"][index]:
+            latencies.append(out_first[position] - in_last[index])
+        position += len(produced)
+    latencies.sort()
+    result = {
+        "frames_in": len(frames), "frames_out": len(expected),
+        "input_beats": len(ins), "output_beats": len(outs),
+        "input_beats_per_clock": round(len(ins) / (ins[-1] - ins[0] + 1), 4),
+        "output_beats_per_clock": round(len(outs) / (outs[-1] - outs[0] + 1), 4),
+        "result_latency_clocks": {"min": latencies[0], "median": latencies[len(latencies) // 2],
+                                  "max": latencies[-1]} if latencies else None,
+        "simulated_clocks": cycle, "wall_seconds": round(wall, 2),
+        "frames_per_second": round((len(frames) + len(expected)) / wall),
+    }
+    with open(params["out"], "w") as out:
+        json.dump(result, out)

@@ -37,7 +37,7 @@ def record(setup=None, **kwargs):
     status = network.run(time_limit_ns=10**10)
     engine = network.engine
     return {"status": status, "config": network.switch_config, "inputs": engine.inputs,
-            "outputs": engine.outputs, "counters": dict(engine.counters)}
+            "outputs": engine.outputs, "results": engine.results, "counters": dict(engine.counters)}
 
 
 def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0):
@@ -46,7 +46,7 @@ def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0):
     path = tmp_path / "scenario.pickle"
     path.write_bytes(pickle.dumps(scenario))
     run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
-               build_params=switch.parameters,
+               build_params=switch.parameters, testcase="scenario_against_model",
                params={"scenario": str(path), "idle": idle, "backpressure": backpressure, "seed": seed})
 
 

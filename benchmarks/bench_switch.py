@@ -1,0 +1,89 @@
+"""Benchmarks of the NetReduce switch RTL; prints one JSON object.
+
+    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth]
+
+- Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
+  4 message slots) is run on the golden model, and what reached the switch is replayed back to back (no
+  idle cycle, sink always ready) into the generated Verilog (``tb/switch_tb.py``, testcase ``measure``):
+  input and output beats per clock over the run (goal 1.0, line rate).
+- Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
+  result (min, median, max over the run; the median includes queueing behind earlier output).
+- Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
+  double-buffered result memory).
+- RTL simulation speed: frames in and out per second of wall time (Verilator through cocotb).
+- With ``--synth``: LUTs, flip-flops, block RAMs and Fmax of a 64-bit, 4-worker, 1-job build on the
+  ECP5-85 (speed grade 8), against the 156.25 MHz goal.
+"""
+
+import argparse
+import json
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+from netreduce.host.network import ModelEngine, build_allreduce
+from netreduce.hw.stream import ParsedHeader
+from netreduce.hw.switch import NetReduceSwitch
+from netreduce.sim.runner import run_cocotb
+
+MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 4
+
+
+def scenario(workers, nbytes, width):
+    network, _, _ = build_allreduce(workers=workers, nbytes=nbytes, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                                    message_slots=MESSAGE_SLOTS, width=width,
+                                    engine=lambda config: ModelEngine(config, record=True))
+    assert network.run() == "done"
+    engine = network.engine
+    return {"config": network.switch_config, "inputs": engine.inputs, "outputs": engine.outputs,
+            "results": engine.results, "counters": dict(engine.counters)}
+
+
+def slot_memory_bits(switch):
+    """Bits the switch holds per worker per packet slot."""
+    bank = switch.packet_beats * switch.width
+    header = ParsedHeader.size + 128
+    results = 2 * switch.packet_beats * switch.width / switch.workers
+    return {"bank": bank, "header_store": header, "result_share": round(results),
+            "total": round(bank + header + results)}
+
+
+def measure(width, workers, nbytes):
+    switch = NetReduceSwitch(width=width, workers=workers, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                             message_slots=MESSAGE_SLOTS)
+    with tempfile.TemporaryDirectory() as scratch:
+        path, out = Path(scratch) / "scenario.pickle", Path(scratch) / "result.json"
+        path.write_bytes(pickle.dumps(scenario(workers, nbytes, width)))
+        run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
+                   build_params=switch.parameters, testcase="measure", quiet=True,
+                   params={"scenario": str(path), "out": str(out), "workers": workers})
+        result = json.loads(out.read_text())
+    result["slot_memory_bits_per_worker_per_packet"] = slot_memory_bits(switch)
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, nargs="+", default=[64, 512], choices=(64, 512))
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--bytes", type=int, default=65536, help="gradient bytes per worker")
+    parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
+    args = parser.parse_args(argv)
+    report = {"mtu": MTU, "workers": args.workers, "bytes_per_worker": args.bytes}
+    for width in args.width:
+        report[f"{width}b"] = measure(width, args.workers, args.bytes)
+        print(f"{width}b: done", file=sys.stderr)
+    if args.synth:
+        from netreduce.synth import synth_ecp5
+        switch = NetReduceSwitch(width=64, workers=4, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                                 message_slots=MESSAGE_SLOTS, max_frame=2048)
+        result = synth_ecp5(switch, "netreduce_switch_64b_4w", freq_mhz=156.25)
+        result.pop("work_dir", None)
+        report["ecp5_switch_64b_4w"] = result
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
