@@ -19,8 +19,9 @@ the golden model ``netreduce.sim.switch_model`` is written too. One port; the st
    recomputes ICRC and IPv4 checksum.
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
-Throughput: one payload beat per clock within a frame, plus three clocks per frame (``IDLE``,
-``LOOKUP``, ``COMMIT``) in the monitor and one or two per frame in the emitter (docs: "Open items").
+Throughput: one payload beat per clock within a frame, plus two clocks per frame in the monitor
+(``LOOKUP``, ``COMMIT``, which takes the next header too) and some per frame in the emitter (docs:
+"Open items").
 
 Control registers (``csr``: ``addr`` is a word address; ``wdata`` and ``we`` write; ``rdata`` shows
 the counter at ``addr`` the clock after):
@@ -479,12 +480,16 @@ class NetReduceSwitch(wiring.Component):
             releasable &= (Const(w) >= job_n[release_job]) | done
 
         with m.FSM(name="monitor"):
-            with m.State("IDLE"):
+            def take_header():
+                """Take the next frame's header (from IDLE, or in the clock of a commit)."""
                 m.d.comb += parser.hdr.ready.eq(1)
                 with m.If(parser.hdr.valid):
                     m.d.sync += [h.eq(parser.hdr.payload), beat_index.eq(0), stream_bytes.eq(0),
                                  oversize.eq(0), window.eq(0)]
                     m.next = "LOOKUP"
+
+            with m.State("IDLE"):
+                take_header()
             with m.State("LOOKUP"):
                 m.d.sync += plan.eq(look)
                 m.next = "STREAM"
@@ -555,6 +560,7 @@ class NetReduceSwitch(wiring.Component):
                         m.next = "RELEASE"
                     with m.Else():
                         m.next = "IDLE"
+                        take_header()
                     with m.If(outcome == O["CONTRIBUTE"]):
                         c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
                         entry = (j * K + k) * N + w
@@ -667,17 +673,19 @@ class NetReduceSwitch(wiring.Component):
         control_words = Array(control[i * W:(i + 1) * W] for i in range(control_beats))
         last_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
 
+        # the payload goes to the deparser only in PAYLOAD; the readers fetch their first word before
+        payload_phase = Signal()
         with m.If(ring_active):
-            m.d.comb += [out.valid.eq(ring_valid), out.payload.data.eq(ring_r.data.data),
+            m.d.comb += [out.valid.eq(ring_valid & payload_phase), out.payload.data.eq(ring_r.data.data),
                          out.payload.keep.eq(ring_r.data.keep), out.payload.last.eq(ring_last),
                          out.payload.verdict.eq(ring_r.data.verdict)]
         with m.Elif(result_active):
-            m.d.comb += [out.valid.eq(result_valid), out.payload.data.eq(result_data),
+            m.d.comb += [out.valid.eq(result_valid & payload_phase), out.payload.data.eq(result_data),
                          out.payload.keep.eq(result_keep), out.payload.last.eq(result_last),
                          out.payload.first.eq(shown == 0), out.payload.verdict.eq(_GOOD_VERDICT)]
         with m.Elif(control_active):
             is_last = control_beat == control_beats - 1
-            m.d.comb += [out.valid.eq(1), out.payload.data.eq(control_words[control_beat]),
+            m.d.comb += [out.valid.eq(payload_phase), out.payload.data.eq(control_words[control_beat]),
                          out.payload.keep.eq(Mux(is_last, last_keep, (1 << B) - 1)),
                          out.payload.last.eq(is_last), out.payload.first.eq(control_beat == 0)]
             with m.If(taken):
@@ -686,30 +694,38 @@ class NetReduceSwitch(wiring.Component):
         hdr = deparser.hdr
         incoming = data.View(Descriptor, descriptors.r_data)
         store_read = Signal()
-        m.d.comb += hs_r.en.eq(store_read)
+        store_address = Signal.like(hs_r.addr)
+        m.d.comb += [hs_r.en.eq(store_read), hs_r.addr.eq(store_address)]
+        count_out = counters["frames_out"]
+
+        def dispatch():
+            """Take the next descriptor, if any, and start fetching its first payload word."""
+            m.d.comb += descriptors.r_en.eq(1)
+            with m.If(descriptors.r_rdy):
+                m.d.sync += d.eq(descriptors.r_data)
+                with m.Switch(incoming.kind):
+                    with m.Case(FORWARD):
+                        m.d.sync += ring_active.eq(1)
+                        m.next = "HEADER_FIFO"
+                    with m.Case(DUPLICATE):
+                        m.d.sync += [result_active.eq(1), issued.eq(0), own.eq(incoming.own)]
+                        m.next = "HEADER_FIFO"
+                    with m.Case(RESULTS):
+                        m.next = "WAIT_SUM"
+                    with m.Case(CREDITS):
+                        m.d.sync += worker.eq(Mux(incoming.all, 0, incoming.worker))
+                        m.next = "CONTROL"
+            with m.Else():
+                m.next = "IDLE"
+
         with m.FSM(name="emitter"):
             with m.State("IDLE"):
-                m.d.comb += descriptors.r_en.eq(1)
-                with m.If(descriptors.r_rdy):
-                    m.d.sync += d.eq(descriptors.r_data)
-                    with m.Switch(incoming.kind):
-                        with m.Case(FORWARD, DUPLICATE):
-                            m.next = "HEADER_FIFO"
-                        with m.Case(RESULTS):
-                            m.next = "WAIT_SUM"
-                        with m.Case(CREDITS):
-                            m.d.sync += worker.eq(Mux(incoming.all, 0, incoming.worker))
-                            m.next = "CONTROL"
+                dispatch()
             with m.State("HEADER_FIFO"):
                 m.d.comb += [hdr.valid.eq(headers.r_rdy), hdr.payload.eq(headers.r_data)]
                 with m.If(hdr.valid & hdr.ready):
                     m.d.comb += headers.r_en.eq(1)
-                    count_out = counters["frames_out"]
                     m.d.sync += count_out.eq(count_out + 1)
-                    with m.If(d.kind == FORWARD):
-                        m.d.sync += ring_active.eq(1)
-                    with m.Else():
-                        m.d.sync += [result_active.eq(1), issued.eq(0), own.eq(d.own)]
                     m.next = "PAYLOAD"
             with m.State("WAIT_SUM"):
                 m.d.comb += slots.sum_done.ready.eq(1)
@@ -717,35 +733,36 @@ class NetReduceSwitch(wiring.Component):
                     m.d.sync += worker.eq(0)
                     m.next = "STORE_READ"
             with m.State("STORE_READ"):
-                m.d.comb += [store_read.eq(1), hs_r.addr.eq(d.slot * N + worker)]
+                m.d.comb += [store_read.eq(1), store_address.eq(d.slot * N + worker)]
+                m.d.sync += [result_active.eq(1), issued.eq(0)]
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(hs_r.data.header)]
                 with m.If(hdr.ready):
-                    count_out = counters["frames_out"]
-                    m.d.sync += [count_out.eq(count_out + 1), result_active.eq(1), issued.eq(0),
-                                 own.eq(hs_r.data.own)]
+                    m.d.sync += [count_out.eq(count_out + 1), own.eq(hs_r.data.own)]
                     m.next = "PAYLOAD"
             with m.State("CONTROL"):
                 m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0)]
                 with m.If(hdr.ready):
-                    count_out = counters["frames_out"]
                     m.d.sync += [count_out.eq(count_out + 1), control.eq(frame), control_beat.eq(0),
                                  control_active.eq(1)]
                     m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
+                m.d.comb += payload_phase.eq(1)
+                results = d.kind == RESULTS
+                more = (worker + 1 < d.workers) & (results | ((d.kind == CREDITS) & d.all))
+                # the next worker's stored header, read while this payload streams
+                m.d.comb += [store_read.eq(results), store_address.eq(d.slot * N + worker + 1)]
                 with m.If(taken & out.payload.last):
                     m.d.sync += [ring_active.eq(0), result_active.eq(0), control_active.eq(0)]
-                    more = (d.kind != FORWARD) & (d.kind != DUPLICATE) & (worker + 1 < d.workers) \
-                        & ((d.kind == RESULTS) | d.all)
-                    with m.If(more & (d.kind == RESULTS)):
-                        m.d.sync += worker.eq(worker + 1)
-                        m.next = "STORE_READ"
+                    with m.If(more & results):
+                        m.d.sync += [worker.eq(worker + 1), result_active.eq(1), issued.eq(0)]
+                        m.next = "STORE_HEADER"
                     with m.Elif(more):
                         m.d.sync += worker.eq(worker + 1)
                         m.next = "CONTROL"
                     with m.Else():
-                        m.next = "IDLE"
+                        dispatch()
 
     def _control_frame(self, m, *, dst_mac, dst_ip, src_mac, src_ip, port, job, worker, value):
         """A CREDIT control frame (``netreduce.host.protocol.build_control_frame``), zero-padded to whole
