@@ -201,26 +201,39 @@ class Network:
 
         Returns ``"done"``, ``"failed"``, ``"stalled"`` (no event left: a deadlock) or ``"timeout"``.
         """
+        self.start()
+        while self.status is None:
+            if not self._events:
+                self.status = "stalled"
+            elif self._events[0][0] > time_limit_ns:
+                self.status = "timeout"
+            else:
+                self.advance(self._events[0][0], progress)
+        return self.status
+
+    def start(self):
+        """Let every host start (its first service); ``status`` is ``None`` until the run is over."""
+        self.status = None
         for host in self.hosts:
-            self.at(0, host.service, 0)
-        status = "stalled"
-        while self._events:
+            self.at(self.now, host.service, self.now)
+
+    def advance(self, until_ns, progress=None):
+        """Handle every event up to ``until_ns`` (an engine that keeps its own time, like a simulator,
+        calls this as its time passes). Sets and returns ``status`` once every worker is done or one failed."""
+        while self._events and self._events[0][0] <= until_ns:
             time, _, action, args = heapq.heappop(self._events)
-            if time > time_limit_ns:
-                status = "timeout"
-                break
             self.now = time
             action(*args)
             if progress is not None:
                 progress(self)
             if self.done:
-                status = "done"
-                break
+                self.status = "done"
+                return self.status
             if self.failed:
-                status = "failed"
-                break
-        self.status = status
-        return status
+                self.status = "failed"
+                return self.status
+        self.now = max(self.now, until_ns)
+        return self.status
 
     def summary(self):
         up, down = self.ingress, self.egress

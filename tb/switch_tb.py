@@ -8,6 +8,7 @@ when ``idle`` is set), takes the frames out (with random backpressure when ``bac
 and checks them against the model's, frame for frame and byte for byte, then every counter.
 """
 
+import collections
 import itertools
 import logging
 import pickle
@@ -15,7 +16,8 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
+from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
+from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from netreduce.host.protocol import ip_to_int, mac_to_int
@@ -196,3 +198,88 @@ async def measure(dut):
     }
     with open(params["out"], "w") as out:
         json.dump(result, out)
+
+
+class RtlEngine:
+    """The generated Verilog as the switch of a ``netreduce.host.network.Network``: frames the network
+    hands over wait in ``pending`` for the AXI-Stream source; the testbench hands back what comes out."""
+
+    name = "rtl"
+
+    def __init__(self, config):
+        self.config = config
+        self.network = None
+        self.pending = collections.deque()
+        self.counters = {}
+
+    def inject(self, port, frame, now):
+        self.pending.append(frame)
+
+
+@cocotb.test()
+async def closed_loop(dut):
+    """``netreduce simulate --engine rtl``: the emulated workers run an all-reduce through the RTL in
+    simulated time (the network's nanoseconds are the simulator's). Writes the summary as JSON to
+    ``out`` and, with ``dump``, every worker's input and result to an ``.npz``."""
+    import json
+
+    import numpy as np
+
+    from netreduce.host.faults import FaultSpec
+    from netreduce.host.network import build_allreduce, expected_sum
+
+    params = cocotb_params()
+    spec = FaultSpec(loss=params.get("loss", 0.0), duplicate=params.get("dup", 0.0),
+                     reorder=params.get("reorder", 0.0), corrupt=params.get("corrupt", 0.0))
+    inputs = None
+    if params.get("inputs"):
+        with open(params["inputs"], "rb") as file:
+            inputs = pickle.load(file)
+    network, jobs, inputs = build_allreduce(
+        workers=params["job_workers"], nbytes=params["bytes"], mtu=params["mtu"], dtype=params["dtype"],
+        jobs=params["job_count"], message_packets=params["message_packets"],
+        message_slots=params["message_slots"], seed=params.get("seed", 0), inputs=inputs, faults_up=spec,
+        faults_down=spec, width=params["width"], engine=RtlEngine)
+    engine = network.engine
+    tb = TB(dut, params)
+    await tb.reset()
+    await tb.configure(network.switch_config, params["workers"])
+    origin = get_sim_time("ns")
+
+    def now():
+        return int(get_sim_time("ns") - origin)
+
+    async def feed():
+        while True:
+            while engine.pending:
+                await tb.source.send(AxiStreamFrame(engine.pending.popleft()))
+            await RisingEdge(dut.clk)
+
+    async def collect():
+        while True:
+            frame = await tb.sink.recv()
+            network.advance(now())
+            network.from_switch(0, bytes(frame.tdata))
+
+    network.start()
+    cocotb.start_soon(feed())
+    cocotb.start_soon(collect())
+    limit = params.get("time_limit_ns", 10**9)
+    while network.advance(now()) is None:
+        if now() > limit:
+            network.status = "timeout"
+            break
+        await ClockCycles(dut.clk, 4)
+    engine.counters.update({name: await tb.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)})
+    summary = network.summary()
+    match = network.status == "done"
+    for job in jobs:
+        expected = expected_sum(job, inputs[job.job])
+        match = match and all(np.array_equal(w.result, expected) for w in network.workers if w.job is job)
+    summary.update(match=bool(match), clocks=int(now() / CLOCK_NS))
+    with open(params["out"], "w") as out:
+        json.dump(summary, out)
+    if params.get("dump"):
+        with open(params["dump"], "wb") as file:
+            pickle.dump({(w.job.job, w.index): (inputs[w.job.job][w.index], w.result) for w in network.workers},
+                        file)

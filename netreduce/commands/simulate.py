@@ -124,14 +124,8 @@ def _bit_view(dtype):
 
 
 def run(args):
-    import numpy as np
-
     from ..host.faults import FaultSpec
-    from ..host.network import CLOCK_NS, build_allreduce, expected_sum
 
-    if args.engine == "rtl":
-        raise UserError("the RTL engine needs the NetReduceSwitch RTL, which is not built yet; "
-                        "use --engine model")
     if args.bytes is None and args.input is None:
         raise UserError("give --bytes B or --input FILE.npz")
     element = 4 if args.dtype == "fp32" else 2
@@ -149,26 +143,15 @@ def run(args):
     if args.mtu * args.message_packets > 1 << 20:
         raise UserError("--mtu times --message-packets must be at most 1 MiB")
     spec = FaultSpec(loss=args.loss, duplicate=args.dup, reorder=args.reorder, corrupt=args.corrupt)
-    network, jobs, inputs = build_allreduce(
-        workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
-        message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
-        faults_up=spec, faults_down=spec, width=args.width)
-
-    total = sum(w.messages for w in network.workers)
     started = time.monotonic()
-    with _Progress(total) as progress:
-        status = network.run(time_limit_ns=int(args.time_limit_ms * 1e6), progress=progress.update)
-    summary = network.summary()
-
-    match = status == "done"
-    for job in jobs:
-        expected = expected_sum(job, inputs[job.job])
-        for worker in (w for w in network.workers if w.job is job):
-            match = match and np.array_equal(worker.result, expected)
-    clocks = math.ceil(summary["time_ns"] / CLOCK_NS[args.width])
+    if args.engine == "rtl":
+        summary, pairs = _run_rtl(args, nbytes, inputs)
+    else:
+        summary, pairs = _run_model(args, nbytes, inputs, spec)
+    clocks = math.ceil(summary["time_ns"] / _clock_ns(args.width))
     beats_in = summary["host_to_switch"]["beats"]
     report = {
-        "engine": args.engine, "status": status, "match": bool(match),
+        "engine": args.engine, "status": summary["status"], "match": summary["match"],
         "workers": args.workers, "jobs": args.jobs, "bytes": nbytes, "mtu": args.mtu, "dtype": args.dtype,
         "width": args.width, "ports": args.ports, "seed": args.seed,
         "host_to_switch": summary["host_to_switch"], "switch_to_host": summary["switch_to_host"],
@@ -179,19 +162,88 @@ def run(args):
         "wall_seconds": round(time.monotonic() - started, 3),
     }
     if args.dump:
-        view = _bit_view(args.dtype)
-        arrays = {}
-        for worker in network.workers:
-            key = f"job{worker.job.job}_worker{worker.index}"
-            source = inputs[worker.job.job][worker.index]
-            arrays[f"{key}_input"] = source.view(view) if view else source
-            arrays[f"{key}_result"] = worker.result.view(view) if view else worker.result
-        try:
-            np.savez(args.dump, **arrays)
-        except OSError as error:
-            raise UserError(f"cannot write {args.dump}: {error.strerror}") from None
+        _dump(args, pairs)
     print(json.dumps(report))
-    return 0 if match else 1
+    return 0 if report["match"] else 1
+
+
+def _clock_ns(width):
+    from ..host.network import CLOCK_NS
+    return CLOCK_NS[width]
+
+
+def _run_model(args, nbytes, inputs, spec):
+    """The golden model as the switch: ``(summary, {(job, worker): (input, result)})``."""
+    import numpy as np
+
+    from ..host.network import build_allreduce, expected_sum
+    network, jobs, inputs = build_allreduce(
+        workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
+        message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
+        faults_up=spec, faults_down=spec, width=args.width)
+    total = sum(w.messages for w in network.workers)
+    with _Progress(total) as progress:
+        status = network.run(time_limit_ns=int(args.time_limit_ms * 1e6), progress=progress.update)
+    summary = network.summary()
+    match = status == "done"
+    for job in jobs:
+        expected = expected_sum(job, inputs[job.job])
+        match = match and all(np.array_equal(w.result, expected) for w in network.workers if w.job is job)
+    summary["match"] = bool(match)
+    return summary, {(w.job.job, w.index): (inputs[w.job.job][w.index], w.result) for w in network.workers}
+
+
+def _run_rtl(args, nbytes, inputs):
+    """The generated Verilog of ``NetReduceSwitch`` as the switch, on Verilator through cocotb
+    (``tb/switch_tb.py``, testcase ``closed_loop``)."""
+    import pickle
+    import tempfile
+
+    from ..hw.switch import NetReduceSwitch
+    from ..sim.runner import SimulationError, run_cocotb
+    if args.ports != 1:
+        raise UserError("the RTL switch has one port: use --ports 1 with --engine rtl")
+    try:
+        switch = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
+                                 mtu=args.mtu, message_packets=args.message_packets,
+                                 message_slots=args.message_slots)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    print("netreduce: simulating the generated Verilog (the first build of a configuration takes minutes)",
+          file=sys.stderr)
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        params = {"out": str(scratch / "summary.json"), "dump": str(scratch / "dump.pickle"),
+                  "job_workers": args.workers, "bytes": nbytes, "mtu": args.mtu, "dtype": args.dtype,
+                  "job_count": args.jobs, "message_packets": args.message_packets,
+                  "message_slots": args.message_slots, "seed": args.seed, "loss": args.loss, "dup": args.dup,
+                  "reorder": args.reorder, "corrupt": args.corrupt,
+                  "time_limit_ns": int(args.time_limit_ms * 1e6)}
+        if inputs is not None:
+            (scratch / "inputs.pickle").write_bytes(pickle.dumps(inputs))
+            params["inputs"] = str(scratch / "inputs.pickle")
+        try:
+            run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
+                       build_params=switch.parameters, testcase="closed_loop", params=params, quiet=True)
+        except SimulationError as error:
+            raise UserError(f"the RTL simulation failed: {error}") from None
+        summary = json.loads((scratch / "summary.json").read_text())
+        pairs = pickle.loads((scratch / "dump.pickle").read_bytes())
+    return summary, pairs
+
+
+def _dump(args, pairs):
+    import numpy as np
+    view = _bit_view(args.dtype)
+    arrays = {}
+    for (job, worker), (source, result) in sorted(pairs.items()):
+        key = f"job{job}_worker{worker}"
+        arrays[f"{key}_input"] = source.view(view) if view else source
+        arrays[f"{key}_result"] = result.view(view) if view else result
+    try:
+        np.savez(args.dump, **arrays)
+    except OSError as error:
+        raise UserError(f"cannot write {args.dump}: {error.strerror}") from None
 
 
 class _Progress:
