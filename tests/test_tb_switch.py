@@ -124,7 +124,8 @@ def test_simulate_closed_loop_on_the_rtl(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["engine"] == "rtl" and summary["match"] is True and summary["status"] == "done"
-    assert summary["retransmissions"] > 0 and summary["counters"]["aggregated"] > 0
+    assert summary["counters"]["aggregated"] > 0
+    assert sum(v for k, v in summary["drops"].items() if k.startswith(("up_", "down_"))) > 0   # faults hit
     arrays = np.load(dump)
     for job in range(2):
         inputs = np.stack([arrays[f"job{job}_worker{w}_input"].view(np.uint32) for w in range(8)])
