@@ -7,6 +7,7 @@ per clock per port, and ``match`` (whether every worker's result equals the gold
 for bit).
 """
 
+import argparse
 import json
 import math
 import sys
@@ -18,39 +19,23 @@ from ..cli import UserError
 __all__ = ["register", "run", "load_inputs"]
 
 
-def _probability(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise _argument_error(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise _argument_error(f"{value} is not a probability between 0 and 1")
-    return value
+def _bounded(kind, low, high=None, what=None):
+    """An argparse type: ``kind`` (int or float) from ``low`` to ``high``, with a one-line error."""
+    def convert(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") \
+                from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} {what or f'must be at least {low}'}")
+        return value
+    return convert
 
 
-def _positive(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise _argument_error(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise _argument_error(f"{value} must be at least 1")
-    return value
-
-
-def _non_negative(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise _argument_error(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise _argument_error(f"{value} must not be negative")
-    return value
-
-
-def _argument_error(message):
-    import argparse
-    return argparse.ArgumentTypeError(message)
+_probability = _bounded(float, 0.0, 1.0, "is not a probability between 0 and 1")
+_positive = _bounded(int, 1)
+_non_negative = _bounded(int, 0, what="must not be negative")
 
 
 def register(subparsers):
