@@ -279,7 +279,8 @@ class NetReduceSwitch(wiring.Component):
         HeaderEntry = data.StructLayout({"header": ParsedHeader, "own": 8 * _OWN_BYTES})
         m.submodules.header_store = header_store = Memory(shape=HeaderEntry, depth=S * N, init=[])
         hs_w = header_store.write_port()
-        hs_r = header_store.read_port()
+        hs_r = header_store.read_port()        # the header sequencer's: stored headers
+        own_r = header_store.read_port()       # the payload sequencer's: the first 16 payload bytes
 
         # --- monitor: classification of the latched header (registered in LOOKUP) ---------------------------
         h = Signal(ParsedHeader)
@@ -616,7 +617,7 @@ class NetReduceSwitch(wiring.Component):
         """Descriptors in commit order to (header record, payload stream) pairs for the deparser."""
         W, B, N, Pb = self.width, self.beat_bytes, self.workers, self.packet_beats
         deparser, slots, descriptors, headers = env["deparser"], env["slots"], env["descriptors"], env["headers"]
-        Descriptor, hs_r, ring_r = env["Descriptor"], env["hs_r"], env["ring_r"]
+        Descriptor, hs_r, own_r, ring_r = env["Descriptor"], env["hs_r"], env["own_r"], env["ring_r"]
         ring_read, ring_committed, ring_bits = env["ring_read"], env["ring_committed"], env["ring_bits"]
         req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
         sw_mac, sw_ip, ctl_port, counters = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["counters"]
@@ -691,76 +692,110 @@ class NetReduceSwitch(wiring.Component):
             with m.If(taken):
                 m.d.sync += control_beat.eq(control_beat + 1)
 
+        # Two sequencers walk the descriptors in the same order: the header sequencer hands the deparser
+        # every frame's header record as early as it takes them (its plan FIFO holds the next ones), the
+        # payload sequencer streams the payloads behind them.
         hdr = deparser.hdr
-        incoming = data.View(Descriptor, descriptors.r_data)
-        store_read = Signal()
-        store_address = Signal.like(hs_r.addr)
-        m.d.comb += [hs_r.en.eq(store_read), hs_r.addr.eq(store_address)]
         count_out = counters["frames_out"]
-
-        def dispatch():
-            """Take the next descriptor, if any, and start fetching its first payload word."""
-            m.d.comb += descriptors.r_en.eq(1)
-            with m.If(descriptors.r_rdy):
-                m.d.sync += d.eq(descriptors.r_data)
-                with m.Switch(incoming.kind):
-                    with m.Case(FORWARD):
-                        m.d.sync += ring_active.eq(1)
-                        m.next = "HEADER_FIFO"
-                    with m.Case(DUPLICATE):
-                        m.d.sync += [result_active.eq(1), issued.eq(0), own.eq(incoming.own)]
-                        m.next = "HEADER_FIFO"
-                    with m.Case(RESULTS):
-                        m.next = "WAIT_SUM"
-                    with m.Case(CREDITS):
-                        m.d.sync += worker.eq(Mux(incoming.all, 0, incoming.worker))
-                        m.next = "CONTROL"
-            with m.Else():
-                m.next = "IDLE"
-
-        with m.FSM(name="emitter"):
-            with m.State("IDLE"):
-                dispatch()
-            with m.State("HEADER_FIFO"):
-                m.d.comb += [hdr.valid.eq(headers.r_rdy), hdr.payload.eq(headers.r_data)]
+        m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
+        incoming = data.View(Descriptor, descriptors.r_data)
+        h_desc = Signal(Descriptor)
+        h_worker = Signal(range(N + 1))
+        store_read = Signal()
+        m.d.comb += [hs_r.en.eq(store_read), hs_r.addr.eq(h_desc.slot * N + h_worker),
+                     payload_jobs.w_data.eq(descriptors.r_data)]
+        with m.If(hdr.valid & hdr.ready):
+            m.d.sync += count_out.eq(count_out + 1)
+        h_more = h_worker + 1 < h_desc.workers
+        with m.FSM(name="headers"):
+            with m.State("TAKE"):
+                m.d.comb += [descriptors.r_en.eq(payload_jobs.w_rdy), payload_jobs.w_en.eq(descriptors.r_rdy)]
+                with m.If(descriptors.r_rdy & payload_jobs.w_rdy):
+                    m.d.sync += [h_desc.eq(descriptors.r_data),
+                                 h_worker.eq(Mux(incoming.all | (incoming.kind == RESULTS), 0, incoming.worker))]
+                    with m.Switch(incoming.kind):
+                        with m.Case(FORWARD, DUPLICATE):
+                            m.next = "FIFO_HEADER"
+                        with m.Case(RESULTS):
+                            m.next = "STORE_READ"
+                        with m.Case(CREDITS):
+                            m.next = "CONTROL_HEADER"
+            with m.State("FIFO_HEADER"):
+                m.d.comb += [hdr.valid.eq(headers.r_rdy), hdr.payload.eq(headers.r_data),
+                             headers.r_en.eq(hdr.ready)]
                 with m.If(hdr.valid & hdr.ready):
-                    m.d.comb += headers.r_en.eq(1)
-                    m.d.sync += count_out.eq(count_out + 1)
-                    m.next = "PAYLOAD"
-            with m.State("WAIT_SUM"):
-                m.d.comb += slots.sum_done.ready.eq(1)
-                with m.If(slots.sum_done.valid):
-                    m.d.sync += worker.eq(0)
-                    m.next = "STORE_READ"
+                    m.next = "TAKE"
             with m.State("STORE_READ"):
-                m.d.comb += [store_read.eq(1), store_address.eq(d.slot * N + worker)]
-                m.d.sync += [result_active.eq(1), issued.eq(0)]
+                m.d.comb += store_read.eq(1)
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(hs_r.data.header)]
                 with m.If(hdr.ready):
-                    m.d.sync += [count_out.eq(count_out + 1), own.eq(hs_r.data.own)]
-                    m.next = "PAYLOAD"
-            with m.State("CONTROL"):
+                    m.d.sync += h_worker.eq(h_worker + 1)
+                    with m.If(h_more):
+                        m.next = "STORE_READ"
+                    with m.Else():
+                        m.next = "TAKE"
+            with m.State("CONTROL_HEADER"):
                 m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0)]
                 with m.If(hdr.ready):
-                    m.d.sync += [count_out.eq(count_out + 1), control.eq(frame), control_beat.eq(0),
-                                 control_active.eq(1)]
-                    m.next = "PAYLOAD"
+                    m.d.sync += h_worker.eq(h_worker + 1)
+                    with m.If(~(h_desc.all & h_more)):
+                        m.next = "TAKE"
+
+        # the payload sequencer
+        own_read = Signal()
+        m.d.comb += [own_r.en.eq(own_read), own_r.addr.eq(d.slot * N + worker)]
+        job = data.View(Descriptor, payload_jobs.r_data)
+
+        def dispatch():
+            """Take the next payload job, if any, and start fetching its first word."""
+            m.d.comb += payload_jobs.r_en.eq(1)
+            with m.If(payload_jobs.r_rdy):
+                m.d.sync += [d.eq(payload_jobs.r_data),
+                             worker.eq(Mux(job.all | (job.kind == RESULTS), 0, job.worker))]
+                with m.Switch(job.kind):
+                    with m.Case(FORWARD):
+                        m.d.sync += ring_active.eq(1)
+                        m.next = "PAYLOAD"
+                    with m.Case(DUPLICATE):
+                        m.d.sync += [result_active.eq(1), issued.eq(0), own.eq(job.own)]
+                        m.next = "PAYLOAD"
+                    with m.Case(RESULTS):
+                        m.next = "WAIT_SUM"
+                    with m.Case(CREDITS):
+                        m.next = "CONTROL"
+            with m.Else():
+                m.next = "IDLE"
+
+        with m.FSM(name="payloads"):
+            with m.State("IDLE"):
+                dispatch()
+            with m.State("WAIT_SUM"):
+                m.d.comb += slots.sum_done.ready.eq(1)
+                with m.If(slots.sum_done.valid):
+                    m.next = "OWN_READ"
+            with m.State("OWN_READ"):
+                m.d.comb += own_read.eq(1)
+                m.d.sync += [result_active.eq(1), issued.eq(0)]
+                m.next = "OWN"
+            with m.State("OWN"):
+                m.d.sync += own.eq(own_r.data.own)
+                m.next = "PAYLOAD"
+            with m.State("CONTROL"):
+                m.d.sync += [control.eq(frame), control_beat.eq(0), control_active.eq(1)]
+                m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
                 m.d.comb += payload_phase.eq(1)
-                results = d.kind == RESULTS
-                more = (worker + 1 < d.workers) & (results | ((d.kind == CREDITS) & d.all))
-                # the next worker's stored header, read while this payload streams
-                m.d.comb += [store_read.eq(results), store_address.eq(d.slot * N + worker + 1)]
+                more = (worker + 1 < d.workers) & ((d.kind == RESULTS) | ((d.kind == CREDITS) & d.all))
                 with m.If(taken & out.payload.last):
                     m.d.sync += [ring_active.eq(0), result_active.eq(0), control_active.eq(0)]
-                    with m.If(more & results):
-                        m.d.sync += [worker.eq(worker + 1), result_active.eq(1), issued.eq(0)]
-                        m.next = "STORE_HEADER"
-                    with m.Elif(more):
+                    with m.If(more):
                         m.d.sync += worker.eq(worker + 1)
-                        m.next = "CONTROL"
+                        with m.If(d.kind == RESULTS):
+                            m.next = "OWN_READ"
+                        with m.Else():
+                            m.next = "CONTROL"
                     with m.Else():
                         dispatch()
 
