@@ -15,8 +15,9 @@ the golden model ``netreduce.sim.switch_model`` is written too. One port; the st
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
 4. *emit*: descriptors, in commit order, become frames: a frame that goes on (header FIFO and packet
    ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
-   worker's stored header and the sum), CREDIT control frames. ``RoceDeparser`` serializes them and
-   recomputes ICRC and IPv4 checksum.
+   worker's stored header and the sum), CREDIT control frames. A header sequencer hands the headers to
+   ``RoceDeparser`` ahead of a payload sequencer; the deparser serializes them and recomputes ICRC and
+   IPv4 checksum.
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus two clocks per frame in the monitor
@@ -250,8 +251,8 @@ class NetReduceSwitch(wiring.Component):
             "job": job_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1, "value": 32,
         })
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
-        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=8)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=4)
+        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=16)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=16)
         request_layout = slots.sum_request.payload.shape()
         m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=4)
         m.d.comb += [
@@ -516,7 +517,13 @@ class NetReduceSwitch(wiring.Component):
                         m.d.sync += verdict.eq(beat.verdict.as_value())
                         m.next = "COMMIT"
             with m.State("COMMIT"):
-                room = descriptors.w_rdy & headers.w_rdy & sum_requests.w_rdy
+                # only what this outcome queues needs room: a contribution that does not fill its slot
+                # and a drop go through whatever the emitter is busy with
+                needs_header = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK", "DUPLICATE")]).any()
+                completes = (outcome == O["CONTRIBUTE"]) & full
+                needs_descriptor = needs_header | completes | (outcome == O["CREDIT"])
+                room = ((descriptors.w_rdy | ~needs_descriptor) & (headers.w_rdy | ~needs_header)
+                        & (sum_requests.w_rdy | ~completes))
                 with m.If(room):
                     m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
                     counter_array = Array(counters[name] for name in COUNTERS)
