@@ -99,6 +99,7 @@ RawFields = data.StructLayout({
     "bth": 8 * header_bytes(BTH),           # the BTH as a big-endian word
     "ext": 8 * EXT_BYTES,                   # the bytes after the BTH, lane 0 first
     "ip_span": 17,                          # E - o
+    "ext_at": 8,                            # frame position of the bytes after the BTH, plus 4 (ICRC)
     "udp_span": SPAN,                       # E - u
     "csum_pairs": data.ArrayLayout(17, 5),  # the IPv4 header checksum, summed by pairs of words
 })
@@ -108,7 +109,8 @@ Fields = data.StructLayout({
     "header": ParsedHeader,
     "ip_end": POS_BITS,
     "udp_span": SPAN,
-    "csum_part": data.ArrayLayout(18, 3),
+    "overhead": 8,                          # hdr_len + bth_pad + 4 (ICRC): E - payload_len
+    "csum_part": data.ArrayLayout(19, 2),
 })
 
 
@@ -138,6 +140,7 @@ def decode_raw(m, window, vlan):
     words = [_be(norm, L3 + 2 * i, 2) for i in range(10)]
     m.d.comb += [
         raw.eth_dst.eq(eth["dst"]), raw.eth_src.eq(eth["src"]), raw.ethertype.eq(eth["ethertype"]),
+        raw.ext_at.eq(Mux(is_v6, EXT_AT[6], EXT_AT[4]) + Mux(vlan, VLAN_BYTES, 0) + ICRC_BYTES),
         raw.vlan.eq(vlan), raw.vlan_tci.eq(Mux(vlan, _be(window, tag_at + 2, 2), 0)),
         raw.is_v4.eq(is_v4), raw.is_v6.eq(is_v6),
         raw.ip_id.eq(ip4["identification"]), raw.ip_flags_frag.eq(ip4["flags_fragment"]),
@@ -192,8 +195,7 @@ def decode_fields(m, raw):
         out.ip_end.eq(raw.ip_span + Mux(raw.vlan, L3 + VLAN_BYTES, L3)),
         out.udp_span.eq(raw.udp_span),
         out.csum_part[0].eq(raw.csum_pairs[0] + raw.csum_pairs[1]),
-        out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3]),
-        out.csum_part[2].eq(raw.csum_pairs[4]),
+        out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3] + raw.csum_pairs[4]),
     ]
     with m.If(ip_ok):
         m.d.comb += [
@@ -219,6 +221,7 @@ def decode_fields(m, raw):
             with m.Case(code):
                 m.d.comb += [has[name].eq(getattr(info, name)) for name in has]
                 m.d.comb += [ext_bytes.eq(info.extension_bytes), known.eq(1)]
+    m.d.comb += out.overhead.eq(raw.ext_at + ext_bytes + bth["pad"])
     ext = raw.ext
 
     def ext_fields(offset, table):
@@ -234,7 +237,7 @@ def decode_fields(m, raw):
         m.d.comb += [getattr(hdr, f"has_{name}").eq(has[name]) for name in has]
         m.d.comb += [
             hdr.opcode_known.eq(known),
-            hdr.hdr_len.eq(Mux(raw.is_v6, EXT_AT[6], EXT_AT[4]) + Mux(raw.vlan, VLAN_BYTES, 0) + ext_bytes),
+            hdr.hdr_len.eq(raw.ext_at - ICRC_BYTES + ext_bytes),
         ]
         with m.If(has["deth"]):
             m.d.comb += [hdr.deth_qkey.eq(deth["qkey"]), hdr.deth_src_qp.eq(deth["src_qp"])]
@@ -261,8 +264,8 @@ def decode_context(m, fields):
     payload_room = Signal(range(-(1 << (POS_BITS + 1)), 1 << POS_BITS))
     room_ok = Signal()
     m.d.comb += [
-        csum.eq(fields.csum_part[0] + fields.csum_part[1] + fields.csum_part[2]),
-        payload_room.eq(fields.ip_end - (hdr.hdr_len + hdr.bth_pad + ICRC_BYTES)),
+        csum.eq(fields.csum_part[0] + fields.csum_part[1]),
+        payload_room.eq(fields.ip_end - fields.overhead),
         room_ok.eq(payload_room >= 0),
         ctx.header.eq(hdr),
         # the ones'-complement sum is 0xFFFF exactly when low + high == 0xFFFF with high < 16
@@ -345,8 +348,8 @@ class RoceParser(wiring.Component):
         self.window_bytes = window_bytes_for(width)
         self.window_beats = self.window_bytes // self.beat_bytes
         # deep enough that a frame's first beat waits at the head, not at the input, while its window
-        # is decoded (capture, window FIFO, two decode registers, context FIFO)
-        self.beat_fifo_depth = self.window_beats + 12
+        # is decoded (input register, window FIFO, two decode registers, context FIFO)
+        self.beat_fifo_depth = self.window_beats + 14
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
@@ -360,7 +363,7 @@ class RoceParser(wiring.Component):
         beat_layout = FrameBeat(width)
 
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
-        m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes + 1, depth=4)
+        m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes + 1, depth=8)
         m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=6)
         m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=6)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
@@ -370,37 +373,49 @@ class RoceParser(wiring.Component):
             """The FIFO had room for two more entries in the previous cycle (so for one now)."""
             return fifo.level <= fifo.depth - 2
 
-        # --- capture ------------------------------------------------------------------------------
+        # --- capture: an input register, then the beat FIFO and the window ------------------------
+        wbeats = self.window_beats
+        # ready when both FIFOs had room for three more entries in the previous cycle: a beat accepted
+        # now is written in the next cycle, so ``ready`` depends on registers only
+        in_ok = Signal()
+        m.d.sync += in_ok.eq((beats.level <= beats.depth - 3) & (windows.level <= windows.depth - 3))
         beat_in = self.i.payload
-        cap_start = Signal(init=1)
-        cap_index = Signal(range(self.window_beats + 1))
-        cap_done = Signal()
+        accept = Signal()
+        m.d.comb += [self.i.ready.eq(in_ok), accept.eq(self.i.valid & in_ok)]
+        in_start = Signal(init=1)           # the next beat is the first of a frame
+        in_index = Signal(range(wbeats + 1))
+        index = Mux(in_start, 0, in_index)
+        cap = Signal(beat_layout)           # the input register
+        cap_valid = Signal()
+        cap_slot = Signal(wbeats)           # one-hot: the window slot of the beat (none past the window)
+        cap_push = Signal()                 # the window is complete with this beat
+        cap_first = Signal()
+        m.d.sync += cap_valid.eq(accept)
+        with m.If(accept):
+            m.d.sync += [
+                cap.eq(beat_in), cap_first.eq(in_start),
+                cap_slot.eq(Cat(*[index == slot for slot in range(wbeats)])),
+                cap_push.eq((index == wbeats - 1) | (beat_in.last & (index < wbeats))),
+                in_index.eq(Mux(index == wbeats, index, index + 1)),
+                in_start.eq(beat_in.last),
+            ]
         window = Signal(8 * self.window_bytes)
-        index = Mux(cap_start, 0, cap_index)
-        done = Mux(cap_start, 0, cap_done)
-        kept = beat_in.data & _lane_bytes(beat_in.keep)
+        kept = cap.data & _lane_bytes(cap.keep)
         window_next = Signal.like(window)
-        for slot in range(self.window_beats):
-            old = Mux(cap_start, 0, window[slot * width:(slot + 1) * width])
-            m.d.comb += window_next[slot * width:(slot + 1) * width].eq(Mux(index == slot, kept, old))
+        for slot in range(wbeats):
+            old = Mux(cap_first, 0, window[slot * width:(slot + 1) * width])
+            m.d.comb += window_next[slot * width:(slot + 1) * width].eq(Mux(cap_slot[slot], kept, old))
         tpid_at = header_bytes(ETH_HEADER) - 2
         vlan = Signal()
-        m.d.comb += vlan.eq(_be(window_next, tpid_at, 2) == ETHERTYPE_VLAN)
-        push = ~done & ((index == self.window_beats - 1) | beat_in.last)
         m.d.comb += [
-            self.i.ready.eq(beats.w_rdy & (~push | windows.w_rdy)),
-            beats.w_data.eq(beat_in),
-            beats.w_en.eq(self.i.valid & self.i.ready),
+            vlan.eq(_be(window_next, tpid_at, 2) == ETHERTYPE_VLAN),
+            beats.w_data.eq(cap),
+            beats.w_en.eq(cap_valid),
             windows.w_data.eq(Cat(window_next, vlan)),
-            windows.w_en.eq(self.i.valid & self.i.ready & push),
+            windows.w_en.eq(cap_valid & cap_push),
         ]
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [
-                window.eq(window_next),
-                cap_index.eq(Mux(index == self.window_beats, index, index + 1)),
-                cap_done.eq(done | push),
-                cap_start.eq(beat_in.last),
-            ]
+        with m.If(cap_valid):
+            m.d.sync += window.eq(window_next)
 
         # --- decode: window FIFO head -> raw fields -> fields -> context FIFO ---------------------
         dec_go = Signal()                   # the decode pipeline advances
@@ -469,8 +484,9 @@ class RoceParser(wiring.Component):
                 s2.valid.eq(s1.valid), s2.data.eq(s1.data), s2.first.eq(s1.first), s2.last.eq(s1.last),
                 s2.frame.eq(f1),
                 s2.frame_len.eq(s1.pos + nkeep),
-                s2.win_start.eq(s1.pos + shift1 - nbytes),
-                s2.tail_start.eq(s1.pos + shift1),
+                # the beat starts at a multiple of nbytes: adding the shift is a concatenation
+                s2.win_start.eq(Cat(shift1, beat_index1 - 1)),
+                s2.tail_start.eq(Cat(shift1, beat_index1)),
                 s2.to_end.eq(f1.end - s1.pos),
                 s2.emit_base.eq(~s1.first & (beat_index1 > strip_beat1)),
                 s2.tail_base.eq(beat_index1 >= strip_beat1),
