@@ -110,7 +110,7 @@ Fields = data.StructLayout({
     "ip_end": POS_BITS,
     "udp_span": SPAN,
     "overhead": 8,                          # hdr_len + bth_pad + 4 (ICRC): E - payload_len
-    "csum_part": data.ArrayLayout(19, 2),
+    "csum_part": data.ArrayLayout(18, 3),
 })
 
 
@@ -195,7 +195,8 @@ def decode_fields(m, raw):
         out.ip_end.eq(raw.ip_span + Mux(raw.vlan, L3 + VLAN_BYTES, L3)),
         out.udp_span.eq(raw.udp_span),
         out.csum_part[0].eq(raw.csum_pairs[0] + raw.csum_pairs[1]),
-        out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3] + raw.csum_pairs[4]),
+        out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3]),
+        out.csum_part[2].eq(raw.csum_pairs[4]),
     ]
     with m.If(ip_ok):
         m.d.comb += [
@@ -264,7 +265,7 @@ def decode_context(m, fields):
     payload_room = Signal(range(-(1 << (POS_BITS + 1)), 1 << POS_BITS))
     room_ok = Signal()
     m.d.comb += [
-        csum.eq(fields.csum_part[0] + fields.csum_part[1]),
+        csum.eq(fields.csum_part[0] + fields.csum_part[1] + fields.csum_part[2]),
         payload_room.eq(fields.ip_end - fields.overhead),
         room_ok.eq(payload_room >= 0),
         ctx.header.eq(hdr),
@@ -328,8 +329,9 @@ def Stage3(width):
     })
 
 
-def Stage4():
+def Stage4(width):
     return data.StructLayout({
+        "out": FrameBeat(width), "out_valid": 1,     # the payload beat to write
         "valid": 1, "first": 1, "last": 1, "holds_end": 1, "residue": 32, "len_ok": 1, "roce": 1,
         "csum_ok": 1,
     })
@@ -365,7 +367,7 @@ class RoceParser(wiring.Component):
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
         m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes + 1, depth=8)
         m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=6)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=6)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=12)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
         m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
@@ -436,7 +438,7 @@ class RoceParser(wiring.Component):
                 fields_valid.eq(raw_valid), fields.eq(fields_next),
             ]
 
-        # --- process: four stages that advance together, when every output FIFO has room ----------
+        # --- process: five stages that advance together, when every output FIFO has room ----------
         go = Signal()
         m.d.sync += go.eq(room(payload) & room(verdicts) & room(headers))
 
@@ -555,13 +557,10 @@ class RoceParser(wiring.Component):
                 out_beat.first.eq(~emitted),
                 out_beat.last.eq(s3.win_rem <= nbytes),
             ]
-        m.d.comb += [
-            payload.w_data.eq(out_beat),
-            payload.w_en.eq(go & (flush | (s3.valid & s3.emit))),
-        ]
-        s4 = Signal(Stage4(), name="s4")
+        s4 = Signal(Stage4(width), name="s4")
         with m.If(go):
             m.d.sync += [
+                s4.out.eq(out_beat), s4.out_valid.eq(flush | (s3.valid & s3.emit)),
                 s4.valid.eq(s3.valid), s4.first.eq(s3.first), s4.last.eq(s3.last),
                 s4.holds_end.eq(s3.holds_end), s4.residue.eq(s3.residue), s4.len_ok.eq(s3.len_ok),
                 s4.roce.eq(s3.roce), s4.csum_ok.eq(s3.csum_ok),
@@ -580,7 +579,12 @@ class RoceParser(wiring.Component):
                         flush_first.eq(~emitted_now),
                     ]
 
-        # verdicts, in the cycle after stage 4 (``crc`` then holds the state after the beat)
+        # stage 5, write: the payload beat, and the verdicts (``crc`` now holds the state after the
+        # beat), so that a last payload beat and its verdicts enter their FIFOs together
+        m.d.comb += [
+            payload.w_data.eq(s4.out),
+            payload.w_en.eq(go & s4.out_valid),
+        ]
         crc_match = Signal()
         match_now = Signal()
         m.d.comb += match_now.eq(Mux(s4.first, 0, crc_match) | (s4.holds_end & (crc == s4.residue)))
