@@ -36,12 +36,13 @@ __all__ = ["RoceParser", "FrameContext", "decode_raw", "decode_fields", "decode_
 POS_BITS = 17   # byte positions within a frame (frames up to 64 KiB + headers)
 
 FrameContext = data.StructLayout({
-    "header": ParsedHeader,
-    "end": POS_BITS,        # E: the IP end (the byte after the ICRC)
+    "hdr_len": 8,           # where the payload stream starts
+    "end": POS_BITS,        # E: the IP end (the byte after the ICRC), 0 for non-RoCE frames
     "cut": POS_BITS,        # where the payload stream stops: E - 4, or all ones for non-RoCE frames
+    "layout": 2,            # ICRC mask layout: vlan + 2 * ipv6
+    "roce": 1,
     "lens_ok": 1,           # UDP length and payload length agree with the IP length
     "csum_ok": 1,           # IPv4 header checksum verdict
-    "layout": 2,            # ICRC mask layout: vlan + 2 * ipv6
 })
 
 
@@ -86,7 +87,8 @@ BTH_AT = {v: at + header_bytes(UDP_HEADER) for v, at in UDP_AT.items()}
 EXT_AT = {v: at + header_bytes(BTH) for v, at in BTH_AT.items()}
 EXT_BYTES = max(info.extension_bytes for info in OPCODES.values())
 VLAN_BYTES = 4
-SPAN = range(-(1 << 16), 1 << 17)   # signed byte counts derived from the IP length
+SPAN = range(-(1 << 16), 1 << 17)
+EXTENSIONS = ("deth", "reth", "aeth", "immdt", "ieth")   # signed byte counts derived from the IP length
 
 # what the first decode register holds: the fields at their two possible places, chosen
 RawFields = data.StructLayout({
@@ -102,6 +104,10 @@ RawFields = data.StructLayout({
     "ext_at": 8,                            # frame position of the bytes after the BTH, plus 4 (ICRC)
     "udp_span": SPAN,                       # E - u
     "csum_pairs": data.ArrayLayout(17, 5),  # the IPv4 header checksum, summed by pairs of words
+    "roce": 1,
+    "known": 1,                             # the opcode is in the table
+    "ext_bytes": range(EXT_BYTES + 1),      # extension header bytes of the opcode
+    **{f"has_{name}": 1 for name in EXTENSIONS},
 })
 
 # what the second decode register holds: the header record but for ``payload_len``
@@ -120,28 +126,51 @@ def _split(word, table):
     return {name: word[total - bit - width:total - bit] for name, (bit, width) in field_offsets(table).items()}
 
 
-def decode_raw(m, window, vlan):
-    """First decode step (combinational): take the VLAN tag out and pick each field at its IPv4 or
-    IPv6 place. ``vlan`` says that bytes 12..13 of ``window`` are the VLAN TPID."""
-    raw = Signal(RawFields)
-    norm = Signal(len(window))
+def Normalized(window_bytes):
+    return data.StructLayout({
+        "window": 8 * window_bytes,     # the window without its VLAN tag
+        "vlan": 1, "vlan_tci": 16, "is_v4": 1, "is_v6": 1,
+    })
+
+
+def decode_normalize(m, window, vlan):
+    """First decode step (combinational): take the VLAN tag out of the window and find the IP version.
+    ``vlan`` says that bytes 12..13 of ``window`` are the VLAN TPID."""
+    out = Signal(Normalized(len(window) // 8))
+    norm = out.window
     tag_at = header_bytes(ETH_HEADER) - 2
-    m.d.comb += norm.eq(Mux(vlan, Cat(window[:8 * tag_at], window[8 * (tag_at + VLAN_BYTES):]), window))
-    eth = _fields(norm, 0, ETH_HEADER)
-    l3_byte = norm[8 * L3:8 * (L3 + 1)]
-    is_v4 = Signal()
-    is_v6 = Signal()
+    ethertype = Signal(16)
+    l3_byte = Signal(8)
     m.d.comb += [
-        is_v4.eq((eth["ethertype"] == ETHERTYPE_IPV4) & (l3_byte == 0x45)),
-        is_v6.eq((eth["ethertype"] == ETHERTYPE_IPV6) & (l3_byte[4:8] == 6)),
+        norm.eq(Mux(vlan, Cat(window[:8 * tag_at], window[8 * (tag_at + VLAN_BYTES):]), window)),
+        ethertype.eq(Mux(vlan, _be(window, tag_at + VLAN_BYTES, 2), _be(window, tag_at, 2))),
+        l3_byte.eq(Mux(vlan, window[8 * (L3 + VLAN_BYTES):8 * (L3 + VLAN_BYTES + 1)],
+                       window[8 * L3:8 * (L3 + 1)])),
+        out.vlan.eq(vlan), out.vlan_tci.eq(Mux(vlan, _be(window, tag_at + 2, 2), 0)),
+        out.is_v4.eq((ethertype == ETHERTYPE_IPV4) & (l3_byte == 0x45)),
+        out.is_v6.eq((ethertype == ETHERTYPE_IPV6) & (l3_byte[4:8] == 6)),
     ]
+    return out
+
+
+def decode_raw(m, normalized):
+    """Second decode step (combinational, from the registered :func:`Normalized` window): pick each
+    field at its IPv4 or IPv6 place, look the opcode up, and decide whether the frame is RoCE."""
+    raw = Signal(RawFields)
+    norm = normalized.window
+    vlan, is_v4, is_v6 = normalized.vlan, normalized.is_v4, normalized.is_v6
+    eth = _fields(norm, 0, ETH_HEADER)
+    udp_ok = Signal()       # the IP header says UDP and is not a fragment
+    udp_word = Signal(8 * header_bytes(UDP_HEADER))
+    bth_word = Signal(8 * header_bytes(BTH))
+    m.d.comb += [raw.udp_ok.eq(udp_ok), raw.udp.eq(udp_word), raw.bth.eq(bth_word)]
     ip4 = _fields(norm, L3, IPV4_HEADER)
     ip6 = _fields(norm, L3, IPV6_HEADER)
     words = [_be(norm, L3 + 2 * i, 2) for i in range(10)]
     m.d.comb += [
         raw.eth_dst.eq(eth["dst"]), raw.eth_src.eq(eth["src"]), raw.ethertype.eq(eth["ethertype"]),
         raw.ext_at.eq(Mux(is_v6, EXT_AT[6], EXT_AT[4]) + Mux(vlan, VLAN_BYTES, 0) + ICRC_BYTES),
-        raw.vlan.eq(vlan), raw.vlan_tci.eq(Mux(vlan, _be(window, tag_at + 2, 2), 0)),
+        raw.vlan.eq(vlan), raw.vlan_tci.eq(normalized.vlan_tci),
         raw.is_v4.eq(is_v4), raw.is_v6.eq(is_v6),
         raw.ip_id.eq(ip4["identification"]), raw.ip_flags_frag.eq(ip4["flags_fragment"]),
         raw.ip_csum.eq(ip4["checksum"]), raw.ip_flow_label.eq(ip6["flow_label"]),
@@ -152,9 +181,9 @@ def decode_raw(m, window, vlan):
             raw.ip_dscp.eq(ip6["traffic_class"][2:8]), raw.ip_ecn.eq(ip6["traffic_class"][0:2]),
             raw.ip_len.eq(ip6["payload_length"]), raw.ip_ttl.eq(ip6["hop_limit"]),
             raw.ip_proto.eq(ip6["next_header"]), raw.ip_src.eq(ip6["src"]), raw.ip_dst.eq(ip6["dst"]),
-            raw.udp_ok.eq(ip6["next_header"] == 17),
-            raw.udp.eq(_be(norm, UDP_AT[6], header_bytes(UDP_HEADER))),
-            raw.bth.eq(_be(norm, BTH_AT[6], header_bytes(BTH))),
+            udp_ok.eq(ip6["next_header"] == 17),
+            udp_word.eq(_be(norm, UDP_AT[6], header_bytes(UDP_HEADER))),
+            bth_word.eq(_be(norm, BTH_AT[6], header_bytes(BTH))),
             raw.ext.eq(norm[8 * EXT_AT[6]:8 * (EXT_AT[6] + EXT_BYTES)]),
             raw.ip_span.eq(header_bytes(IPV6_HEADER) + ip6["payload_length"]),
             raw.udp_span.eq(ip6["payload_length"]),
@@ -164,13 +193,21 @@ def decode_raw(m, window, vlan):
             raw.ip_dscp.eq(ip4["dscp"]), raw.ip_ecn.eq(ip4["ecn"]),
             raw.ip_len.eq(ip4["total_length"]), raw.ip_ttl.eq(ip4["ttl"]),
             raw.ip_proto.eq(ip4["protocol"]), raw.ip_src.eq(ip4["src"]), raw.ip_dst.eq(ip4["dst"]),
-            raw.udp_ok.eq((ip4["protocol"] == 17) & (ip4["flags_fragment"][0:14] == 0)),
-            raw.udp.eq(_be(norm, UDP_AT[4], header_bytes(UDP_HEADER))),
-            raw.bth.eq(_be(norm, BTH_AT[4], header_bytes(BTH))),
+            udp_ok.eq((ip4["protocol"] == 17) & (ip4["flags_fragment"][0:14] == 0)),
+            udp_word.eq(_be(norm, UDP_AT[4], header_bytes(UDP_HEADER))),
+            bth_word.eq(_be(norm, BTH_AT[4], header_bytes(BTH))),
             raw.ext.eq(norm[8 * EXT_AT[4]:8 * (EXT_AT[4] + EXT_BYTES)]),
             raw.ip_span.eq(ip4["total_length"]),
             raw.udp_span.eq(ip4["total_length"] - header_bytes(IPV4_HEADER)),
         ]
+    udp = _split(udp_word, UDP_HEADER)
+    bth = _split(bth_word, BTH)
+    m.d.comb += raw.roce.eq((is_v4 | is_v6) & udp_ok & (udp["dport"] == ROCE_UDP_PORT))
+    with m.Switch(bth["opcode"]):
+        for code, info in OPCODES.items():
+            with m.Case(code):
+                m.d.comb += [getattr(raw, f"has_{name}").eq(getattr(info, name)) for name in EXTENSIONS]
+                m.d.comb += [raw.ext_bytes.eq(info.extension_bytes), raw.known.eq(1)]
     return raw
 
 
@@ -181,13 +218,12 @@ def decode_fields(m, raw):
     hdr = out.header
     ip_ok = Signal()
     udp_ok = Signal()
-    roce = Signal()
+    roce = raw.roce
     udp = _split(raw.udp, UDP_HEADER)
     bth = _split(raw.bth, BTH)
     m.d.comb += [
         ip_ok.eq(raw.is_v4 | raw.is_v6),
         udp_ok.eq(ip_ok & raw.udp_ok),
-        roce.eq(udp_ok & (udp["dport"] == ROCE_UDP_PORT)),
         hdr.roce.eq(roce),
         hdr.eth_dst.eq(raw.eth_dst), hdr.eth_src.eq(raw.eth_src),
         hdr.vlan_valid.eq(raw.vlan), hdr.vlan_tci.eq(raw.vlan_tci), hdr.ethertype.eq(raw.ethertype),
@@ -214,14 +250,8 @@ def decode_fields(m, raw):
                      hdr.udp_len.eq(udp["length"]), hdr.udp_csum.eq(udp["checksum"])]
 
     # extension headers: the opcode table, then each header at its place after the BTH
-    has = {name: Signal(name=f"has_{name}") for name in ("deth", "reth", "aeth", "immdt", "ieth")}
-    ext_bytes = Signal(range(EXT_BYTES + 1))
-    known = Signal()
-    with m.Switch(bth["opcode"]):
-        for code, info in OPCODES.items():
-            with m.Case(code):
-                m.d.comb += [has[name].eq(getattr(info, name)) for name in has]
-                m.d.comb += [ext_bytes.eq(info.extension_bytes), known.eq(1)]
+    has = {name: getattr(raw, f"has_{name}") for name in EXTENSIONS}
+    ext_bytes, known = raw.ext_bytes, raw.known
     m.d.comb += out.overhead.eq(raw.ext_at + ext_bytes + bth["pad"])
     ext = raw.ext
 
@@ -259,6 +289,7 @@ def decode_context(m, fields):
     :data:`FrameContext`. Every value is computed into a signal of its own (no field of ``ctx`` is
     computed from another field of ``ctx``)."""
     ctx = Signal(FrameContext)
+    header = Signal(ParsedHeader)
     hdr = fields.header
     roce = hdr.roce
     csum = Signal(20)
@@ -268,16 +299,17 @@ def decode_context(m, fields):
         csum.eq(fields.csum_part[0] + fields.csum_part[1] + fields.csum_part[2]),
         payload_room.eq(fields.ip_end - fields.overhead),
         room_ok.eq(payload_room >= 0),
-        ctx.header.eq(hdr),
+        header.eq(hdr),
+        ctx.hdr_len.eq(hdr.hdr_len), ctx.roce.eq(roce),
         # the ones'-complement sum is 0xFFFF exactly when low + high == 0xFFFF with high < 16
         ctx.csum_ok.eq((hdr.ip_version == 4) & (csum[4:16] == 0xFFF) & (csum[0:4] == ~csum[16:20])),
         ctx.layout.eq(Cat(hdr.vlan_valid, hdr.ip_version == 6)),
-        ctx.header.payload_len.eq(Mux(roce & room_ok, payload_room, 0)),
+        header.payload_len.eq(Mux(roce & room_ok, payload_room, 0)),
         ctx.end.eq(Mux(roce, fields.ip_end, 0)),
         ctx.cut.eq(Mux(roce, fields.ip_end - ICRC_BYTES, -1)),
         ctx.lens_ok.eq(roce & (hdr.udp_len == fields.udp_span) & room_ok),
     ]
-    return ctx
+    return ctx, header
 
 
 def _lane_bytes(lanes):
@@ -285,23 +317,17 @@ def _lane_bytes(lanes):
     return Cat(*[bit.replicate(8) for bit in lanes])
 
 
-# per-frame values the process stage carries along with each beat
-FrameInfo = data.StructLayout({
-    "hdr_len": 8, "end": POS_BITS, "cut": POS_BITS, "layout": 2, "roce": 1, "lens_ok": 1, "csum_ok": 1,
-})
-
-
 def Stage1(width):
     return data.StructLayout({
         "valid": 1, "data": width, "keep": width // 8, "first": 1, "last": 1,
         "pos": POS_BITS,                # byte position of the beat in its frame
-        "frame": FrameInfo,
+        "frame": FrameContext,
     })
 
 
 def Stage2(width):
     return data.StructLayout({
-        "valid": 1, "data": width, "first": 1, "last": 1, "frame": FrameInfo,
+        "valid": 1, "data": width, "first": 1, "last": 1, "frame": FrameContext,
         "frame_len": POS_BITS,          # bytes of the frame up to the end of this beat
         "win_start": POS_BITS,          # frame position of the first byte of the window ending here
         "tail_start": POS_BITS,         # ... of the window after it (the flush beat's)
@@ -350,8 +376,8 @@ class RoceParser(wiring.Component):
         self.window_bytes = window_bytes_for(width)
         self.window_beats = self.window_bytes // self.beat_bytes
         # deep enough that a frame's first beat waits at the head, not at the input, while its window
-        # is decoded (input register, window FIFO, two decode registers, context FIFO)
-        self.beat_fifo_depth = self.window_beats + 14
+        # is decoded (input register, window FIFO, three decode registers, context FIFO)
+        self.beat_fifo_depth = self.window_beats + 16
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
@@ -366,8 +392,8 @@ class RoceParser(wiring.Component):
 
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
         m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes + 1, depth=8)
-        m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=6)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=12)
+        m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=16)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=16)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
         m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
@@ -419,28 +445,36 @@ class RoceParser(wiring.Component):
         with m.If(cap_valid):
             m.d.sync += window.eq(window_next)
 
-        # --- decode: window FIFO head -> raw fields -> fields -> context FIFO ---------------------
-        dec_go = Signal()                   # the decode pipeline advances
-        m.d.sync += dec_go.eq(room(contexts))
-        raw_valid, fields_valid = Signal(), Signal()
+        # --- decode: window FIFO head -> normalized -> raw fields -> fields -> context, header ------
+        # The decode registers have no enable: a window enters only when the context and header FIFOs
+        # had room, in the previous cycle, for everything that may be in flight (three registers, the
+        # write, and the read now)
+        dec_stages = 3
+        dec_take = Signal()
+        m.d.sync += dec_take.eq((contexts.level <= contexts.depth - dec_stages - 3)
+                                & (headers.level <= headers.depth - dec_stages - 3))
+        normalized = Signal(Normalized(self.window_bytes))
         raw = Signal(RawFields)
         fields = Signal(Fields)
-        raw_next = decode_raw(m, windows.r_data[:8 * self.window_bytes], windows.r_data[-1])
-        fields_next = decode_fields(m, raw)
-        m.d.comb += [
-            windows.r_en.eq(dec_go),
-            contexts.w_data.eq(decode_context(m, fields)),
-            contexts.w_en.eq(dec_go & fields_valid),
+        dec_valid = Signal(dec_stages)
+        m.d.comb += windows.r_en.eq(dec_take)
+        m.d.sync += [
+            dec_valid.eq(Cat(dec_take & windows.r_rdy, dec_valid[:-1])),
+            normalized.eq(decode_normalize(m, windows.r_data[:8 * self.window_bytes], windows.r_data[-1])),
+            raw.eq(decode_raw(m, normalized)),
+            fields.eq(decode_fields(m, raw)),
         ]
-        with m.If(dec_go):
-            m.d.sync += [
-                raw_valid.eq(windows.r_rdy), raw.eq(raw_next),
-                fields_valid.eq(raw_valid), fields.eq(fields_next),
-            ]
+        context, header = decode_context(m, fields)
+        m.d.comb += [
+            contexts.w_data.eq(context),
+            contexts.w_en.eq(dec_valid[-1]),
+            headers.w_data.eq(header),
+            headers.w_en.eq(dec_valid[-1]),
+        ]
 
         # --- process: five stages that advance together, when every output FIFO has room ----------
         go = Signal()
-        m.d.sync += go.eq(room(payload) & room(verdicts) & room(headers))
+        m.d.sync += go.eq(room(payload) & room(verdicts))
 
         # stage 1, fetch: a beat from the beat FIFO, with its frame's context on the first beat
         start = Signal(init=1)              # the next beat fetched is the first of a frame
@@ -453,8 +487,6 @@ class RoceParser(wiring.Component):
         m.d.comb += [
             beats.r_en.eq(take),
             contexts.r_en.eq(take & start),
-            headers.w_data.eq(new_ctx.header),
-            headers.w_en.eq(take & start),
         ]
         with m.If(go):
             m.d.sync += s1.valid.eq(take)
@@ -467,10 +499,7 @@ class RoceParser(wiring.Component):
             ]
             with m.If(start):
                 m.d.sync += [
-                    s1.frame.hdr_len.eq(new_ctx.header.hdr_len), s1.frame.end.eq(new_ctx.end),
-                    s1.frame.cut.eq(new_ctx.cut), s1.frame.layout.eq(new_ctx.layout),
-                    s1.frame.roce.eq(new_ctx.header.roce), s1.frame.lens_ok.eq(new_ctx.lens_ok),
-                    s1.frame.csum_ok.eq(new_ctx.csum_ok),
+                    s1.frame.eq(new_ctx),
                 ]
 
         # stage 2, positions: the frame length so far, the window and tail starts, the ICRC masks
