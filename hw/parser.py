@@ -1,17 +1,25 @@
 """RoCE v2 parser: a frame stream in; a header stream and a lane-0-aligned payload stream out.
 
-Behaviour: docs/ARCHITECTURE.md, "Parser contract". Structure (every stage takes one beat per clock):
+Behaviour: docs/ARCHITECTURE.md, "Parser contract". Structure (every stage takes one beat per clock, and
+every FIFO write enable and ``ready`` comes from registered state, never from a chain of ``ready``
+signals; a stage that may stall is told one cycle ahead, from registered FIFO levels, that the FIFOs
+behind it have room):
 
-``capture``   copies the first ``window_bytes`` of each frame into a window while the beats themselves
-              wait in the beat FIFO;
-``decode``    turns a window into a :data:`FrameContext` (the header record plus the offsets and static
-              length verdicts the later stages need), one per frame;
-``process``   walks the frame's beats with its context: masks the ICRC fields and accumulates the CRC
-              (the ICRC is right when the state after the IP end equals a per-lane residue constant),
-              counts the frame length, and strips the header with a one-beat-delayed realigner whose
-              final beat goes out in the cycle after the frame's last beat (the cycle in which the next
-              frame's first beat, which never yields payload, comes in);
-``join``      attaches the frame's verdicts, known after its last beat, to its last payload beat.
+``capture``   an input register, then the beat FIFO and a window of the first ``window_bytes`` of each
+              frame (with a flag: bytes 12..13 are the VLAN TPID);
+``decode``    three registers without enable, fed by credits: (1) the VLAN tag taken out, the IP version;
+              (2) each field picked at its IPv4 or IPv6 place, the opcode looked up, the RoCE decision;
+              (3) the header record but ``payload_len``; then the header record goes to the header FIFO
+              and the per-frame :data:`FrameContext` (offsets and static verdicts) to the context FIFO;
+``process``   five stages that advance together while the payload and verdict FIFOs have room:
+              (1) fetch a beat, with its frame's context on the first beat; (2) byte positions, the ICRC
+              masks of the beat; (3) the emit decisions of the realigner, the masked beat, the length
+              verdict; (4) the realigned payload beat and the CRC (the ICRC is right when the state after
+              the IP end equals a per-lane residue constant); (5) the payload beat and, on the frame's last
+              beat, the verdicts are written. The realigner emits output beat *j* with input beat
+              *j + 1 + hdr_len // W* and the frame's last output beat (the "flush") in the slot after its
+              last input beat, the slot of the next frame's first beat, which never yields payload;
+``join``      the payload FIFO's last beat of a frame leaves with the head of the verdict FIFO.
 
 The beat FIFO is deep enough for a frame's window to be decoded before its first beat leaves it, so
 back-to-back frames flow without bubbles; frames shorter than the window (runts) may slow the input.
@@ -200,14 +208,34 @@ def decode_raw(m, normalized):
             raw.ip_span.eq(ip4["total_length"]),
             raw.udp_span.eq(ip4["total_length"] - header_bytes(IPV4_HEADER)),
         ]
-    udp = _split(udp_word, UDP_HEADER)
-    bth = _split(bth_word, BTH)
-    m.d.comb += raw.roce.eq((is_v4 | is_v6) & udp_ok & (udp["dport"] == ROCE_UDP_PORT))
-    with m.Switch(bth["opcode"]):
-        for code, info in OPCODES.items():
-            with m.Case(code):
-                m.d.comb += [getattr(raw, f"has_{name}").eq(getattr(info, name)) for name in EXTENSIONS]
-                m.d.comb += [raw.ext_bytes.eq(info.extension_bytes), raw.known.eq(1)]
+    # the RoCE decision and the opcode table at both places at once, then the choice (``is_v6`` selects
+    # hundreds of bits above: nothing should wait for it)
+    roce_at = {}
+    table_at = {}
+    for version, ip in ((4, ip4), (6, ip6)):
+        udp = _fields(norm, UDP_AT[version], UDP_HEADER)
+        opcode = _fields(norm, BTH_AT[version], BTH)["opcode"]
+        udp_here = (ip["next_header"] == 17) if version == 6 else \
+            ((ip["protocol"] == 17) & (ip["flags_fragment"][0:14] == 0))
+        roce_at[version] = Signal(name=f"roce_v{version}")
+        m.d.comb += roce_at[version].eq(udp_here & (udp["dport"] == ROCE_UDP_PORT))
+        table_at[version] = Signal(data.StructLayout({
+            "known": 1, "ext_bytes": range(EXT_BYTES + 1), **{name: 1 for name in EXTENSIONS}}),
+            name=f"opcode_v{version}")
+        with m.Switch(opcode):
+            for code, info in OPCODES.items():
+                with m.Case(code):
+                    m.d.comb += [getattr(table_at[version], name).eq(getattr(info, name))
+                                 for name in EXTENSIONS]
+                    m.d.comb += [table_at[version].ext_bytes.eq(info.extension_bytes),
+                                 table_at[version].known.eq(1)]
+    table = Mux(is_v6, table_at[6].as_value(), table_at[4].as_value())
+    table = data.View(table_at[4].shape(), table)
+    m.d.comb += [
+        raw.roce.eq(Mux(is_v6, roce_at[6], is_v4 & roce_at[4])),
+        [getattr(raw, f"has_{name}").eq(getattr(table, name)) for name in EXTENSIONS],
+        raw.ext_bytes.eq(table.ext_bytes), raw.known.eq(table.known),
+    ]
     return raw
 
 
