@@ -122,7 +122,7 @@ RawFields = data.StructLayout({
 Fields = data.StructLayout({
     "header": ParsedHeader,
     "ip_end": POS_BITS,
-    "udp_span": SPAN,
+    "udp_len_ok": 1,                        # the UDP length equals E - u
     "overhead": 8,                          # hdr_len + bth_pad + 4 (ICRC): E - payload_len
     "csum_part": data.ArrayLayout(18, 3),
 })
@@ -257,7 +257,7 @@ def decode_fields(m, raw):
         hdr.vlan_valid.eq(raw.vlan), hdr.vlan_tci.eq(raw.vlan_tci), hdr.ethertype.eq(raw.ethertype),
         hdr.ip_version.eq(Mux(raw.is_v4, 4, Mux(raw.is_v6, 6, 0))),
         out.ip_end.eq(raw.ip_span + Mux(raw.vlan, L3 + VLAN_BYTES, L3)),
-        out.udp_span.eq(raw.udp_span),
+        out.udp_len_ok.eq(udp["length"] == raw.udp_span),
         out.csum_part[0].eq(raw.csum_pairs[0] + raw.csum_pairs[1]),
         out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3]),
         out.csum_part[2].eq(raw.csum_pairs[4]),
@@ -335,7 +335,7 @@ def decode_context(m, fields):
         header.payload_len.eq(Mux(roce & room_ok, payload_room, 0)),
         ctx.end.eq(Mux(roce, fields.ip_end, 0)),
         ctx.cut.eq(Mux(roce, fields.ip_end - ICRC_BYTES, -1)),
-        ctx.lens_ok.eq(roce & (hdr.udp_len == fields.udp_span) & room_ok),
+        ctx.lens_ok.eq(roce & fields.udp_len_ok & room_ok),
     ]
     return ctx, header
 
@@ -404,8 +404,8 @@ class RoceParser(wiring.Component):
         self.window_bytes = window_bytes_for(width)
         self.window_beats = self.window_bytes // self.beat_bytes
         # deep enough that a frame's first beat waits at the head, not at the input, while its window
-        # is decoded (input register, window FIFO, three decode registers, context FIFO)
-        self.beat_fifo_depth = self.window_beats + 16
+        # is decoded (input register, window FIFO, four decode registers, context FIFO)
+        self.beat_fifo_depth = self.window_beats + 17
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
@@ -475,9 +475,9 @@ class RoceParser(wiring.Component):
 
         # --- decode: window FIFO head -> normalized -> raw fields -> fields -> context, header ------
         # The decode registers have no enable: a window enters only when the context and header FIFOs
-        # had room, in the previous cycle, for everything that may be in flight (three registers, the
+        # had room, in the previous cycle, for everything that may be in flight (four registers, the
         # write, and the read now)
-        dec_stages = 3
+        dec_stages = 4
         dec_take = Signal()
         m.d.sync += dec_take.eq((contexts.level <= contexts.depth - dec_stages - 3)
                                 & (headers.level <= headers.depth - dec_stages - 3))
@@ -492,7 +492,8 @@ class RoceParser(wiring.Component):
             raw.eq(decode_raw(m, normalized)),
             fields.eq(decode_fields(m, raw)),
         ]
-        context, header = decode_context(m, fields)
+        context, header = Signal(FrameContext), Signal(ParsedHeader)
+        m.d.sync += Cat(context, header).eq(Cat(*decode_context(m, fields)))
         m.d.comb += [
             contexts.w_data.eq(context),
             contexts.w_en.eq(dec_valid[-1]),
