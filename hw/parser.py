@@ -1,23 +1,31 @@
 """RoCE v2 parser: a frame stream in; a header stream and a lane-0-aligned payload stream out.
 
-Behaviour: docs/ARCHITECTURE.md, "Parser contract". Structure (every stage takes one beat per clock):
+Behaviour: docs/ARCHITECTURE.md, "Parser contract". Structure (every stage takes one beat per clock, and
+every FIFO write enable and ``ready`` comes from registered state, never from a chain of ``ready``
+signals; a stage that may stall is told one cycle ahead, from registered FIFO levels, that the FIFOs
+behind it have room):
 
-``capture``   copies the first ``window_bytes`` of each frame into a window while the beats themselves
-              wait in the beat FIFO;
-``decode``    turns a window into a :data:`FrameContext` (the header record plus the offsets and static
-              length verdicts the later stages need), one per frame;
-``process``   walks the frame's beats with its context: masks the ICRC fields and accumulates the CRC
-              (the ICRC is right when the state after the IP end equals a per-lane residue constant),
-              counts the frame length, and strips the header with a one-beat-delayed realigner whose
-              final beat goes out in the cycle after the frame's last beat (the cycle in which the next
-              frame's first beat, which never yields payload, comes in);
-``join``      attaches the frame's verdicts, known after its last beat, to its last payload beat.
+``capture``   an input register, then the beat FIFO and a window of the first ``window_bytes`` of each
+              frame (with a flag: bytes 12..13 are the VLAN TPID);
+``decode``    three registers without enable, fed by credits: (1) the VLAN tag taken out, the IP version;
+              (2) each field picked at its IPv4 or IPv6 place, the opcode looked up, the RoCE decision;
+              (3) the header record but ``payload_len``; then the header record goes to the header FIFO
+              and the per-frame :data:`FrameContext` (offsets and static verdicts) to the context FIFO;
+``process``   five stages that advance together while the payload and verdict FIFOs have room:
+              (1) fetch a beat, with its frame's context on the first beat; (2) byte positions, the ICRC
+              masks of the beat; (3) the emit decisions of the realigner, the masked beat, the length
+              verdict; (4) the realigned payload beat and the CRC (the ICRC is right when the state after
+              the IP end equals a per-lane residue constant); (5) the payload beat and, on the frame's last
+              beat, the verdicts are written. The realigner emits output beat *j* with input beat
+              *j + 1 + hdr_len // W* and the frame's last output beat (the "flush") in the slot after its
+              last input beat, the slot of the next frame's first beat, which never yields payload;
+``join``      the payload FIFO's last beat of a frame leaves with the head of the verdict FIFO.
 
 The beat FIFO is deep enough for a frame's window to be decoded before its first beat leaves it, so
 back-to-back frames flow without bubbles; frames shorter than the window (runts) may slow the input.
 """
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -25,23 +33,24 @@ from amaranth.utils import exact_log2
 
 from ..wire import (AETH, BTH, DETH, ETH_HEADER, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, IETH,
                     IMMDT, IPV4_HEADER, IPV6_HEADER, MAX_HEADER_BYTES, OPCODES, RETH, ROCE_UDP_PORT,
-                    UDP_HEADER, field_offsets, header_bytes)
-from .crc import ICRC_MASK_LAYOUTS, crc_update, icrc_beat_masks, residue_after
+                    UDP_HEADER, ICRC_BYTES, field_offsets, header_bytes)
+from .crc import crc_update, icrc_beat_masks, residue_after
 from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, \
     header_stream, payload_stream
 
-__all__ = ["RoceParser", "FrameContext", "decode_window", "window_bytes_for", "keep_count",
+__all__ = ["RoceParser", "FrameContext", "decode_raw", "decode_fields", "decode_context", "window_bytes_for", "keep_count",
            "thermometer"]
 
 POS_BITS = 17   # byte positions within a frame (frames up to 64 KiB + headers)
 
 FrameContext = data.StructLayout({
-    "header": ParsedHeader,
-    "end": POS_BITS,        # E: the IP end (the byte after the ICRC)
+    "hdr_len": 8,           # where the payload stream starts
+    "end": POS_BITS,        # E: the IP end (the byte after the ICRC), 0 for non-RoCE frames
     "cut": POS_BITS,        # where the payload stream stops: E - 4, or all ones for non-RoCE frames
+    "layout": 2,            # ICRC mask layout: vlan + 2 * ipv6
+    "roce": 1,
     "lens_ok": 1,           # UDP length and payload length agree with the IP length
     "csum_ok": 1,           # IPv4 header checksum verdict
-    "layout": 2,            # ICRC mask layout: vlan + 2 * ipv6
 })
 
 
@@ -78,134 +87,308 @@ def _fields(window, offset, table):
             for name, (bit, width) in field_offsets(table).items()}
 
 
-def decode_window(m, window, window_bytes):
-    """Combinational decode of a frame's first ``window_bytes`` bytes into a :data:`FrameContext`."""
-    ctx = Signal(FrameContext)
-    hdr = ctx.header
-    eth = _fields(window, 0, ETH_HEADER)
-    vlan = Signal()
+# Offsets once the VLAN tag (if any) is taken out of the window: the decoder works on this
+# "normalized" window, so every field has one of two positions (IPv4 or IPv6).
+L3 = header_bytes(ETH_HEADER)
+UDP_AT = {4: L3 + header_bytes(IPV4_HEADER), 6: L3 + header_bytes(IPV6_HEADER)}
+BTH_AT = {v: at + header_bytes(UDP_HEADER) for v, at in UDP_AT.items()}
+EXT_AT = {v: at + header_bytes(BTH) for v, at in BTH_AT.items()}
+EXT_BYTES = max(info.extension_bytes for info in OPCODES.values())
+VLAN_BYTES = 4
+SPAN = range(-(1 << 16), 1 << 17)
+EXTENSIONS = ("deth", "reth", "aeth", "immdt", "ieth")   # signed byte counts derived from the IP length
+
+# what the first decode register holds: the fields at their two possible places, chosen
+RawFields = data.StructLayout({
+    "eth_dst": 48, "eth_src": 48, "vlan": 1, "vlan_tci": 16, "ethertype": 16,
+    "is_v4": 1, "is_v6": 1,
+    "ip_dscp": 6, "ip_ecn": 2, "ip_len": 16, "ip_id": 16, "ip_flags_frag": 16, "ip_ttl": 8,
+    "ip_proto": 8, "ip_csum": 16, "ip_flow_label": 20, "ip_src": 128, "ip_dst": 128,
+    "udp_ok": 1,                            # the IP header says UDP and is not a fragment
+    "udp": 8 * header_bytes(UDP_HEADER),    # the UDP header as a big-endian word
+    "bth": 8 * header_bytes(BTH),           # the BTH as a big-endian word
+    "ext": 8 * EXT_BYTES,                   # the bytes after the BTH, lane 0 first
+    "ip_span": 17,                          # E - o
+    "ext_at": 8,                            # frame position of the bytes after the BTH, plus 4 (ICRC)
+    "udp_span": SPAN,                       # E - u
+    "csum_pairs": data.ArrayLayout(17, 5),  # the IPv4 header checksum, summed by pairs of words
+    "roce": 1,
+    "known": 1,                             # the opcode is in the table
+    "ext_bytes": range(EXT_BYTES + 1),      # extension header bytes of the opcode
+    **{f"has_{name}": 1 for name in EXTENSIONS},
+})
+
+# what the second decode register holds: the header record but for ``payload_len``
+Fields = data.StructLayout({
+    "header": ParsedHeader,
+    "ip_end": POS_BITS,
+    "udp_len_ok": 1,                        # the UDP length equals E - u
+    "overhead": 8,                          # hdr_len + bth_pad + 4 (ICRC): E - payload_len
+    "csum_part": data.ArrayLayout(18, 3),
+})
+
+
+def _split(word, table):
+    """``{name: value}`` of a header table held in ``word`` as a big-endian word."""
+    total = len(word)
+    return {name: word[total - bit - width:total - bit] for name, (bit, width) in field_offsets(table).items()}
+
+
+def Normalized(window_bytes):
+    return data.StructLayout({
+        "window": 8 * window_bytes,     # the window without its VLAN tag
+        "vlan": 1, "vlan_tci": 16, "is_v4": 1, "is_v6": 1,
+    })
+
+
+def decode_normalize(m, window, vlan):
+    """First decode step (combinational): take the VLAN tag out of the window and find the IP version.
+    ``vlan`` says that bytes 12..13 of ``window`` are the VLAN TPID."""
+    out = Signal(Normalized(len(window) // 8))
+    norm = out.window
+    tag_at = header_bytes(ETH_HEADER) - 2
+    ethertype = Signal(16)
+    l3_byte = Signal(8)
     m.d.comb += [
-        vlan.eq(eth["ethertype"] == ETHERTYPE_VLAN),
-        hdr.eth_dst.eq(eth["dst"]), hdr.eth_src.eq(eth["src"]),
-        hdr.vlan_valid.eq(vlan),
-        hdr.vlan_tci.eq(Mux(vlan, _be(window, 14, 2), 0)),
-        hdr.ethertype.eq(Mux(vlan, _be(window, 16, 2), eth["ethertype"])),
+        norm.eq(Mux(vlan, Cat(window[:8 * tag_at], window[8 * (tag_at + VLAN_BYTES):]), window)),
+        ethertype.eq(Mux(vlan, _be(window, tag_at + VLAN_BYTES, 2), _be(window, tag_at, 2))),
+        l3_byte.eq(Mux(vlan, window[8 * (L3 + VLAN_BYTES):8 * (L3 + VLAN_BYTES + 1)],
+                       window[8 * L3:8 * (L3 + 1)])),
+        out.vlan.eq(vlan), out.vlan_tci.eq(Mux(vlan, _be(window, tag_at + 2, 2), 0)),
+        out.is_v4.eq((ethertype == ETHERTYPE_IPV4) & (l3_byte == 0x45)),
+        out.is_v6.eq((ethertype == ETHERTYPE_IPV6) & (l3_byte[4:8] == 6)),
     ]
-    l3_byte = Mux(vlan, window[18 * 8:19 * 8], window[14 * 8:15 * 8])
-    is_v4 = (hdr.ethertype == ETHERTYPE_IPV4) & (l3_byte == 0x45)
-    is_v6 = (hdr.ethertype == ETHERTYPE_IPV6) & (l3_byte[4:8] == 6)
+    return out
+
+
+def decode_raw(m, normalized):
+    """Second decode step (combinational, from the registered :func:`Normalized` window): pick each
+    field at its IPv4 or IPv6 place, look the opcode up, and decide whether the frame is RoCE."""
+    raw = Signal(RawFields)
+    norm = normalized.window
+    vlan, is_v4, is_v6 = normalized.vlan, normalized.is_v4, normalized.is_v6
+    eth = _fields(norm, 0, ETH_HEADER)
+    udp_ok = Signal()       # the IP header says UDP and is not a fragment
+    udp_word = Signal(8 * header_bytes(UDP_HEADER))
+    bth_word = Signal(8 * header_bytes(BTH))
+    m.d.comb += [raw.udp_ok.eq(udp_ok), raw.udp.eq(udp_word), raw.bth.eq(bth_word)]
+    ip4 = _fields(norm, L3, IPV4_HEADER)
+    ip6 = _fields(norm, L3, IPV6_HEADER)
+    words = [_be(norm, L3 + 2 * i, 2) for i in range(10)]
     m.d.comb += [
-        hdr.ip_version.eq(Mux(is_v4, 4, Mux(is_v6, 6, 0))),
-        ctx.layout.eq(Cat(vlan, is_v6)),
+        raw.eth_dst.eq(eth["dst"]), raw.eth_src.eq(eth["src"]), raw.ethertype.eq(eth["ethertype"]),
+        raw.ext_at.eq(Mux(is_v6, EXT_AT[6], EXT_AT[4]) + Mux(vlan, VLAN_BYTES, 0) + ICRC_BYTES),
+        raw.vlan.eq(vlan), raw.vlan_tci.eq(normalized.vlan_tci),
+        raw.is_v4.eq(is_v4), raw.is_v6.eq(is_v6),
+        raw.ip_id.eq(ip4["identification"]), raw.ip_flags_frag.eq(ip4["flags_fragment"]),
+        raw.ip_csum.eq(ip4["checksum"]), raw.ip_flow_label.eq(ip6["flow_label"]),
+        [raw.csum_pairs[i].eq(words[2 * i] + words[2 * i + 1]) for i in range(5)],
     ]
-
-    opcode_has = {name: Signal(name=f"has_{name}") for name in ("deth", "reth", "aeth", "immdt", "ieth")}
-    ext_bytes = Signal(range(64))
-    csum = Signal(20)
-    ip_end = Signal(POS_BITS)
-    udp_at = Signal(POS_BITS)
-    bth_end = Signal(8)
-    udp_ok = Signal()   # IP says UDP and is not a fragment
-
-    for vlan_v, ipv6_v, l3 in ICRC_MASK_LAYOUTS:
-        with m.If((vlan == vlan_v) & Mux(ipv6_v, is_v6, is_v4)):
-            if ipv6_v:
-                ip = _fields(window, l3, IPV6_HEADER)
-                udp = l3 + header_bytes(IPV6_HEADER)
-                m.d.comb += [
-                    hdr.ip_dscp.eq(ip["traffic_class"][2:8]), hdr.ip_ecn.eq(ip["traffic_class"][0:2]),
-                    hdr.ip_len.eq(ip["payload_length"]), hdr.ip_ttl.eq(ip["hop_limit"]),
-                    hdr.ip_proto.eq(ip["next_header"]), hdr.ip_flow_label.eq(ip["flow_label"]),
-                    hdr.ip_src.eq(ip["src"]), hdr.ip_dst.eq(ip["dst"]),
-                    ip_end.eq(udp + ip["payload_length"]),
-                    udp_ok.eq(ip["next_header"] == 17),
-                ]
-            else:
-                ip = _fields(window, l3, IPV4_HEADER)
-                udp = l3 + header_bytes(IPV4_HEADER)
-                words = [_be(window, l3 + 2 * i, 2) for i in range(10)]
-                m.d.comb += [
-                    hdr.ip_dscp.eq(ip["dscp"]), hdr.ip_ecn.eq(ip["ecn"]),
-                    hdr.ip_len.eq(ip["total_length"]), hdr.ip_id.eq(ip["identification"]),
-                    hdr.ip_flags_frag.eq(ip["flags_fragment"]), hdr.ip_ttl.eq(ip["ttl"]),
-                    hdr.ip_proto.eq(ip["protocol"]), hdr.ip_csum.eq(ip["checksum"]),
-                    hdr.ip_src.eq(ip["src"]), hdr.ip_dst.eq(ip["dst"]),
-                    ip_end.eq(l3 + ip["total_length"]),
-                    udp_ok.eq((ip["protocol"] == 17) & (ip["flags_fragment"][0:14] == 0)),
-                    csum.eq(sum(words)),
-                ]
-            udp_f = _fields(window, udp, UDP_HEADER)
-            bth_at = udp + header_bytes(UDP_HEADER)
-            bth = _fields(window, bth_at, BTH)
-            after_bth = bth_at + header_bytes(BTH)
-            m.d.comb += [udp_at.eq(udp), bth_end.eq(after_bth)]
-            with m.If(udp_ok):
-                m.d.comb += [
-                    hdr.udp_sport.eq(udp_f["sport"]), hdr.udp_dport.eq(udp_f["dport"]),
-                    hdr.udp_len.eq(udp_f["length"]), hdr.udp_csum.eq(udp_f["checksum"]),
-                ]
-            with m.If(hdr.roce):
-                for name, value in bth.items():
-                    m.d.comb += getattr(hdr, f"bth_{name}").eq(value)
-                deth = _fields(window, after_bth, DETH)
-                reth = _fields(window, after_bth, RETH)
-                aeth = _fields(window, after_bth, AETH)
-                ieth = _fields(window, after_bth, IETH)
-                imm_at = {0: after_bth, header_bytes(RETH): after_bth + header_bytes(RETH),
-                          header_bytes(DETH): after_bth + header_bytes(DETH)}
-                imm_offset = Mux(opcode_has["reth"], imm_at[header_bytes(RETH)],
-                                 Mux(opcode_has["deth"], imm_at[header_bytes(DETH)], after_bth))
-                immdt = Signal(32)
-                with m.Switch(imm_offset):
-                    for at in imm_at.values():
-                        with m.Case(at):
-                            m.d.comb += immdt.eq(_fields(window, at, IMMDT)["immdt"])
-                m.d.comb += [
-                    hdr.has_deth.eq(opcode_has["deth"]), hdr.has_reth.eq(opcode_has["reth"]),
-                    hdr.has_aeth.eq(opcode_has["aeth"]), hdr.has_immdt.eq(opcode_has["immdt"]),
-                    hdr.has_ieth.eq(opcode_has["ieth"]),
-                ]
-                with m.If(opcode_has["deth"]):
-                    m.d.comb += [hdr.deth_qkey.eq(deth["qkey"]), hdr.deth_src_qp.eq(deth["src_qp"])]
-                with m.If(opcode_has["reth"]):
-                    m.d.comb += [hdr.reth_va.eq(reth["va"]), hdr.reth_rkey.eq(reth["rkey"]),
-                                 hdr.reth_dma_len.eq(reth["dma_len"])]
-                with m.If(opcode_has["aeth"]):
-                    m.d.comb += [hdr.aeth_syndrome.eq(aeth["syndrome"]), hdr.aeth_msn.eq(aeth["msn"])]
-                with m.If(opcode_has["immdt"]):
-                    m.d.comb += hdr.immdt.eq(immdt)
-                with m.If(opcode_has["ieth"]):
-                    m.d.comb += hdr.ieth_rkey.eq(ieth["rkey"])
-            # the opcode as it sits in the window, for the table look-up
-            with m.Switch(bth["opcode"]):
-                for code, info in OPCODES.items():
-                    with m.Case(code):
-                        m.d.comb += [opcode_has[name].eq(getattr(info, name)) for name in opcode_has]
-                        m.d.comb += [ext_bytes.eq(info.extension_bytes), hdr.opcode_known.eq(hdr.roce)]
-
-    m.d.comb += hdr.roce.eq((hdr.ip_version != 0) & udp_ok & (hdr.udp_dport == ROCE_UDP_PORT))
-
-    folded = Signal(17)
-    csum_sum = Signal(16)
-    m.d.comb += [
-        folded.eq(csum[0:16] + csum[16:20]),
-        csum_sum.eq(folded[0:16] + folded[16]),
-        ctx.csum_ok.eq((hdr.ip_version == 4) & (csum_sum == 0xFFFF)),
-    ]
-
-    payload_room = Signal(range(-(1 << (POS_BITS + 1)), 1 << POS_BITS))
-    m.d.comb += payload_room.eq(ip_end - 4 - hdr.hdr_len - hdr.bth_pad)
-    with m.If(hdr.roce):
+    with m.If(is_v6):
         m.d.comb += [
-            hdr.hdr_len.eq(bth_end + ext_bytes),
-            hdr.payload_len.eq(Mux(payload_room >= 0, payload_room, 0)),
-            ctx.end.eq(ip_end),
-            ctx.cut.eq(ip_end - 4),
-            ctx.lens_ok.eq((hdr.udp_len == ip_end - udp_at) & (payload_room >= 0)),
+            raw.ip_dscp.eq(ip6["traffic_class"][2:8]), raw.ip_ecn.eq(ip6["traffic_class"][0:2]),
+            raw.ip_len.eq(ip6["payload_length"]), raw.ip_ttl.eq(ip6["hop_limit"]),
+            raw.ip_proto.eq(ip6["next_header"]), raw.ip_src.eq(ip6["src"]), raw.ip_dst.eq(ip6["dst"]),
+            udp_ok.eq(ip6["next_header"] == 17),
+            udp_word.eq(_be(norm, UDP_AT[6], header_bytes(UDP_HEADER))),
+            bth_word.eq(_be(norm, BTH_AT[6], header_bytes(BTH))),
+            raw.ext.eq(norm[8 * EXT_AT[6]:8 * (EXT_AT[6] + EXT_BYTES)]),
+            raw.ip_span.eq(header_bytes(IPV6_HEADER) + ip6["payload_length"]),
+            raw.udp_span.eq(ip6["payload_length"]),
         ]
     with m.Else():
-        m.d.comb += ctx.cut.eq(-1)
-    return ctx
+        m.d.comb += [
+            raw.ip_dscp.eq(ip4["dscp"]), raw.ip_ecn.eq(ip4["ecn"]),
+            raw.ip_len.eq(ip4["total_length"]), raw.ip_ttl.eq(ip4["ttl"]),
+            raw.ip_proto.eq(ip4["protocol"]), raw.ip_src.eq(ip4["src"]), raw.ip_dst.eq(ip4["dst"]),
+            udp_ok.eq((ip4["protocol"] == 17) & (ip4["flags_fragment"][0:14] == 0)),
+            udp_word.eq(_be(norm, UDP_AT[4], header_bytes(UDP_HEADER))),
+            bth_word.eq(_be(norm, BTH_AT[4], header_bytes(BTH))),
+            raw.ext.eq(norm[8 * EXT_AT[4]:8 * (EXT_AT[4] + EXT_BYTES)]),
+            raw.ip_span.eq(ip4["total_length"]),
+            raw.udp_span.eq(ip4["total_length"] - header_bytes(IPV4_HEADER)),
+        ]
+    # the RoCE decision and the opcode table at both places at once, then the choice (``is_v6`` selects
+    # hundreds of bits above: nothing should wait for it)
+    roce_at = {}
+    table_at = {}
+    for version, ip in ((4, ip4), (6, ip6)):
+        udp = _fields(norm, UDP_AT[version], UDP_HEADER)
+        opcode = _fields(norm, BTH_AT[version], BTH)["opcode"]
+        udp_here = (ip["next_header"] == 17) if version == 6 else \
+            ((ip["protocol"] == 17) & (ip["flags_fragment"][0:14] == 0))
+        roce_at[version] = Signal(name=f"roce_v{version}")
+        m.d.comb += roce_at[version].eq(udp_here & (udp["dport"] == ROCE_UDP_PORT))
+        table_at[version] = Signal(data.StructLayout({
+            "known": 1, "ext_bytes": range(EXT_BYTES + 1), **{name: 1 for name in EXTENSIONS}}),
+            name=f"opcode_v{version}")
+        with m.Switch(opcode):
+            for code, info in OPCODES.items():
+                with m.Case(code):
+                    m.d.comb += [getattr(table_at[version], name).eq(getattr(info, name))
+                                 for name in EXTENSIONS]
+                    m.d.comb += [table_at[version].ext_bytes.eq(info.extension_bytes),
+                                 table_at[version].known.eq(1)]
+    table = Mux(is_v6, table_at[6].as_value(), table_at[4].as_value())
+    table = data.View(table_at[4].shape(), table)
+    m.d.comb += [
+        raw.roce.eq(Mux(is_v6, roce_at[6], is_v4 & roce_at[4])),
+        [getattr(raw, f"has_{name}").eq(getattr(table, name)) for name in EXTENSIONS],
+        raw.ext_bytes.eq(table.ext_bytes), raw.known.eq(table.known),
+    ]
+    return raw
+
+
+def decode_fields(m, raw):
+    """Second decode step (combinational, from the registered :data:`RawFields`): the header record
+    (but for ``payload_len``), the IP end and the checksum partly summed."""
+    out = Signal(Fields)
+    hdr = out.header
+    ip_ok = Signal()
+    udp_ok = Signal()
+    roce = raw.roce
+    udp = _split(raw.udp, UDP_HEADER)
+    bth = _split(raw.bth, BTH)
+    m.d.comb += [
+        ip_ok.eq(raw.is_v4 | raw.is_v6),
+        udp_ok.eq(ip_ok & raw.udp_ok),
+        hdr.roce.eq(roce),
+        hdr.eth_dst.eq(raw.eth_dst), hdr.eth_src.eq(raw.eth_src),
+        hdr.vlan_valid.eq(raw.vlan), hdr.vlan_tci.eq(raw.vlan_tci), hdr.ethertype.eq(raw.ethertype),
+        hdr.ip_version.eq(Mux(raw.is_v4, 4, Mux(raw.is_v6, 6, 0))),
+        out.ip_end.eq(raw.ip_span + Mux(raw.vlan, L3 + VLAN_BYTES, L3)),
+        out.udp_len_ok.eq(udp["length"] == raw.udp_span),
+        out.csum_part[0].eq(raw.csum_pairs[0] + raw.csum_pairs[1]),
+        out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3]),
+        out.csum_part[2].eq(raw.csum_pairs[4]),
+    ]
+    with m.If(ip_ok):
+        m.d.comb += [
+            hdr.ip_dscp.eq(raw.ip_dscp), hdr.ip_ecn.eq(raw.ip_ecn), hdr.ip_len.eq(raw.ip_len),
+            hdr.ip_ttl.eq(raw.ip_ttl), hdr.ip_proto.eq(raw.ip_proto),
+            hdr.ip_src.eq(raw.ip_src), hdr.ip_dst.eq(raw.ip_dst),
+        ]
+    with m.If(raw.is_v4):
+        m.d.comb += [hdr.ip_id.eq(raw.ip_id), hdr.ip_flags_frag.eq(raw.ip_flags_frag),
+                     hdr.ip_csum.eq(raw.ip_csum)]
+    with m.If(raw.is_v6):
+        m.d.comb += hdr.ip_flow_label.eq(raw.ip_flow_label)
+    with m.If(udp_ok):
+        m.d.comb += [hdr.udp_sport.eq(udp["sport"]), hdr.udp_dport.eq(udp["dport"]),
+                     hdr.udp_len.eq(udp["length"]), hdr.udp_csum.eq(udp["checksum"])]
+
+    # extension headers: the opcode table, then each header at its place after the BTH
+    has = {name: getattr(raw, f"has_{name}") for name in EXTENSIONS}
+    ext_bytes, known = raw.ext_bytes, raw.known
+    m.d.comb += out.overhead.eq(raw.ext_at + ext_bytes + bth["pad"])
+    ext = raw.ext
+
+    def ext_fields(offset, table):
+        return _fields(ext, offset, table)
+    deth, reth = ext_fields(0, DETH), ext_fields(0, RETH)
+    aeth, ieth = ext_fields(0, AETH), ext_fields(0, IETH)
+    immdt = Signal(32)
+    m.d.comb += immdt.eq(Mux(has["reth"], ext_fields(header_bytes(RETH), IMMDT)["immdt"],
+                             Mux(has["deth"], ext_fields(header_bytes(DETH), IMMDT)["immdt"],
+                                 ext_fields(0, IMMDT)["immdt"])))
+    with m.If(roce):
+        m.d.comb += [getattr(hdr, f"bth_{name}").eq(value) for name, value in bth.items()]
+        m.d.comb += [getattr(hdr, f"has_{name}").eq(has[name]) for name in has]
+        m.d.comb += [
+            hdr.opcode_known.eq(known),
+            hdr.hdr_len.eq(raw.ext_at - ICRC_BYTES + ext_bytes),
+        ]
+        with m.If(has["deth"]):
+            m.d.comb += [hdr.deth_qkey.eq(deth["qkey"]), hdr.deth_src_qp.eq(deth["src_qp"])]
+        with m.If(has["reth"]):
+            m.d.comb += [hdr.reth_va.eq(reth["va"]), hdr.reth_rkey.eq(reth["rkey"]),
+                         hdr.reth_dma_len.eq(reth["dma_len"])]
+        with m.If(has["aeth"]):
+            m.d.comb += [hdr.aeth_syndrome.eq(aeth["syndrome"]), hdr.aeth_msn.eq(aeth["msn"])]
+        with m.If(has["immdt"]):
+            m.d.comb += hdr.immdt.eq(immdt)
+        with m.If(has["ieth"]):
+            m.d.comb += hdr.ieth_rkey.eq(ieth["rkey"])
+    return out
+
+
+def decode_context(m, fields):
+    """Last decode step (combinational, from the registered :data:`Fields`): the
+    :data:`FrameContext`. Every value is computed into a signal of its own (no field of ``ctx`` is
+    computed from another field of ``ctx``)."""
+    ctx = Signal(FrameContext)
+    header = Signal(ParsedHeader)
+    hdr = fields.header
+    roce = hdr.roce
+    csum = Signal(20)
+    payload_room = Signal(range(-(1 << (POS_BITS + 1)), 1 << POS_BITS))
+    room_ok = Signal()
+    m.d.comb += [
+        csum.eq(fields.csum_part[0] + fields.csum_part[1] + fields.csum_part[2]),
+        payload_room.eq(fields.ip_end - fields.overhead),
+        room_ok.eq(payload_room >= 0),
+        header.eq(hdr),
+        ctx.hdr_len.eq(hdr.hdr_len), ctx.roce.eq(roce),
+        # the ones'-complement sum is 0xFFFF exactly when low + high == 0xFFFF with high < 16
+        ctx.csum_ok.eq((hdr.ip_version == 4) & (csum[4:16] == 0xFFF) & (csum[0:4] == ~csum[16:20])),
+        ctx.layout.eq(Cat(hdr.vlan_valid, hdr.ip_version == 6)),
+        header.payload_len.eq(Mux(roce & room_ok, payload_room, 0)),
+        ctx.end.eq(Mux(roce, fields.ip_end, 0)),
+        ctx.cut.eq(Mux(roce, fields.ip_end - ICRC_BYTES, -1)),
+        ctx.lens_ok.eq(roce & fields.udp_len_ok & room_ok),
+    ]
+    return ctx, header
+
+
+def _lane_bytes(lanes):
+    """A byte mask (eight bits per lane) from one bit per lane."""
+    return Cat(*[bit.replicate(8) for bit in lanes])
+
+
+def Stage1(width):
+    return data.StructLayout({
+        "valid": 1, "data": width, "keep": width // 8, "first": 1, "last": 1,
+        "pos": POS_BITS,                # byte position of the beat in its frame
+        "frame": FrameContext,
+    })
+
+
+def Stage2(width):
+    return data.StructLayout({
+        "valid": 1, "data": width, "first": 1, "last": 1, "frame": FrameContext,
+        "frame_len": POS_BITS,          # bytes of the frame up to the end of this beat
+        "win_start": POS_BITS,          # frame position of the first byte of the window ending here
+        "tail_start": POS_BITS,         # ... of the window after it (the flush beat's)
+        "to_end": range(-(1 << POS_BITS), 1 << POS_BITS),     # E - pos
+        "emit_base": 1,                 # a window ends in this beat (if the payload reaches it)
+        "tail_base": 1,                 # ... in the next beat
+        "and_mask": width, "or_mask": width,
+    })
+
+
+def Stage3(width):
+    nbytes = width // 8
+    return data.StructLayout({
+        "valid": 1, "data": width, "first": 1, "last": 1,
+        "shift": range(nbytes),         # hdr_len % nbytes
+        "emit": 1,                      # the window ending in this beat goes out
+        "win_rem": POS_BITS,            # payload bytes from the window's start
+        "tail_left": 1,                 # the last beat leaves a flush beat with bytes
+        "tail_rem": range(nbytes + 1),  # ... that many
+        "masked": width,                # the beat with the ICRC masks applied, zero outside the region
+        "crc_en": 1,                    # the beat starts before the IP end
+        "holds_end": 1,                 # the IP end falls in this beat
+        "residue": 32,                  # the CRC state that a right ICRC leaves after this beat
+        "len_ok": 1, "roce": 1, "csum_ok": 1,
+    })
+
+
+def Stage4(width):
+    return data.StructLayout({
+        "out": FrameBeat(width), "out_valid": 1,     # the payload beat to write
+        "valid": 1, "first": 1, "last": 1, "holds_end": 1, "residue": 32, "len_ok": 1, "roce": 1,
+        "csum_ok": 1,
+    })
 
 
 class RoceParser(wiring.Component):
@@ -220,6 +403,9 @@ class RoceParser(wiring.Component):
         self.beat_bytes = width // 8
         self.window_bytes = window_bytes_for(width)
         self.window_beats = self.window_bytes // self.beat_bytes
+        # deep enough that a frame's first beat waits at the head, not at the input, while its window
+        # is decoded (input register, window FIFO, four decode registers, context FIFO)
+        self.beat_fifo_depth = self.window_beats + 17
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
@@ -232,124 +418,190 @@ class RoceParser(wiring.Component):
         lane_bits = exact_log2(nbytes)
         beat_layout = FrameBeat(width)
 
-        m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.window_beats + 6)
-        m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes, depth=3)
-        m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=3)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=4)
-        m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=4)
-        m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=4)
+        m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
+        m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes + 1, depth=8)
+        m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=16)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=16)
+        m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
+        m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
-        # --- capture ------------------------------------------------------------------------------
+        def room(fifo):
+            """The FIFO had room for two more entries in the previous cycle (so for one now)."""
+            return fifo.level <= fifo.depth - 2
+
+        # --- capture: an input register, then the beat FIFO and the window ------------------------
+        wbeats = self.window_beats
+        # ready when both FIFOs had room for three more entries in the previous cycle: a beat accepted
+        # now is written in the next cycle, so ``ready`` depends on registers only
+        in_ok = Signal()
+        m.d.sync += in_ok.eq((beats.level <= beats.depth - 3) & (windows.level <= windows.depth - 3))
         beat_in = self.i.payload
-        cap_start = Signal(init=1)
-        cap_index = Signal(range(self.window_beats + 1))
-        cap_done = Signal()
-        window = Signal(8 * self.window_bytes)
-        index = Mux(cap_start, 0, cap_index)
-        done = Mux(cap_start, 0, cap_done)
-        kept = beat_in.data & Cat(*[bit.replicate(8) for bit in beat_in.keep])
-        window_next = Signal.like(window)
-        for slot in range(self.window_beats):
-            old = Mux(cap_start, 0, window[slot * width:(slot + 1) * width])
-            m.d.comb += window_next[slot * width:(slot + 1) * width].eq(Mux(index == slot, kept, old))
-        push = ~done & ((index == self.window_beats - 1) | beat_in.last)
-        m.d.comb += [
-            self.i.ready.eq(beats.w_rdy & (~push | windows.w_rdy)),
-            beats.w_data.eq(beat_in),
-            beats.w_en.eq(self.i.valid & self.i.ready),
-            windows.w_data.eq(window_next),
-            windows.w_en.eq(self.i.valid & self.i.ready & push),
-        ]
-        with m.If(self.i.valid & self.i.ready):
+        accept = Signal()
+        m.d.comb += [self.i.ready.eq(in_ok), accept.eq(self.i.valid & in_ok)]
+        in_start = Signal(init=1)           # the next beat is the first of a frame
+        in_index = Signal(range(wbeats + 1))
+        index = Mux(in_start, 0, in_index)
+        cap = Signal(beat_layout)           # the input register
+        cap_valid = Signal()
+        cap_slot = Signal(wbeats)           # one-hot: the window slot of the beat (none past the window)
+        cap_push = Signal()                 # the window is complete with this beat
+        cap_first = Signal()
+        m.d.sync += cap_valid.eq(accept)
+        with m.If(accept):
             m.d.sync += [
-                window.eq(window_next),
-                cap_index.eq(Mux(index == self.window_beats, index, index + 1)),
-                cap_done.eq(done | push),
-                cap_start.eq(beat_in.last),
+                cap.eq(beat_in), cap_first.eq(in_start),
+                cap_slot.eq(Cat(*[index == slot for slot in range(wbeats)])),
+                cap_push.eq((index == wbeats - 1) | (beat_in.last & (index < wbeats))),
+                in_index.eq(Mux(index == wbeats, index, index + 1)),
+                in_start.eq(beat_in.last),
+            ]
+        window = Signal(8 * self.window_bytes)
+        kept = cap.data & _lane_bytes(cap.keep)
+        window_next = Signal.like(window)
+        for slot in range(wbeats):
+            old = Mux(cap_first, 0, window[slot * width:(slot + 1) * width])
+            m.d.comb += window_next[slot * width:(slot + 1) * width].eq(Mux(cap_slot[slot], kept, old))
+        tpid_at = header_bytes(ETH_HEADER) - 2
+        vlan = Signal()
+        m.d.comb += [
+            vlan.eq(_be(window_next, tpid_at, 2) == ETHERTYPE_VLAN),
+            beats.w_data.eq(cap),
+            beats.w_en.eq(cap_valid),
+            windows.w_data.eq(Cat(window_next, vlan)),
+            windows.w_en.eq(cap_valid & cap_push),
+        ]
+        with m.If(cap_valid):
+            m.d.sync += window.eq(window_next)
+
+        # --- decode: window FIFO head -> normalized -> raw fields -> fields -> context, header ------
+        # The decode registers have no enable: a window enters only when the context and header FIFOs
+        # had room, in the previous cycle, for everything that may be in flight (four registers, the
+        # write, and the read now)
+        dec_stages = 4
+        dec_take = Signal()
+        m.d.sync += dec_take.eq((contexts.level <= contexts.depth - dec_stages - 3)
+                                & (headers.level <= headers.depth - dec_stages - 3))
+        normalized = Signal(Normalized(self.window_bytes))
+        raw = Signal(RawFields)
+        fields = Signal(Fields)
+        dec_valid = Signal(dec_stages)
+        m.d.comb += windows.r_en.eq(dec_take)
+        m.d.sync += [
+            dec_valid.eq(Cat(dec_take & windows.r_rdy, dec_valid[:-1])),
+            normalized.eq(decode_normalize(m, windows.r_data[:8 * self.window_bytes], windows.r_data[-1])),
+            raw.eq(decode_raw(m, normalized)),
+            fields.eq(decode_fields(m, raw)),
+        ]
+        context, header = Signal(FrameContext), Signal(ParsedHeader)
+        m.d.sync += Cat(context, header).eq(Cat(*decode_context(m, fields)))
+        m.d.comb += [
+            contexts.w_data.eq(context),
+            contexts.w_en.eq(dec_valid[-1]),
+            headers.w_data.eq(header),
+            headers.w_en.eq(dec_valid[-1]),
+        ]
+
+        # --- process: five stages that advance together, when every output FIFO has room ----------
+        go = Signal()
+        m.d.sync += go.eq(room(payload) & room(verdicts))
+
+        # stage 1, fetch: a beat from the beat FIFO, with its frame's context on the first beat
+        start = Signal(init=1)              # the next beat fetched is the first of a frame
+        next_pos = Signal(POS_BITS)
+        take = Signal()
+        m.d.comb += take.eq(go & beats.r_rdy & (~start | contexts.r_rdy))
+        head = data.View(beat_layout, beats.r_data)
+        new_ctx = data.View(FrameContext, contexts.r_data)
+        s1 = Signal(Stage1(width), name="s1")
+        m.d.comb += [
+            beats.r_en.eq(take),
+            contexts.r_en.eq(take & start),
+        ]
+        with m.If(go):
+            m.d.sync += s1.valid.eq(take)
+        with m.If(take):
+            m.d.sync += [
+                s1.data.eq(head.data), s1.keep.eq(head.keep), s1.last.eq(head.last), s1.first.eq(start),
+                s1.pos.eq(Mux(start, 0, next_pos)),
+                next_pos.eq(Mux(start, 0, next_pos) + nbytes),
+                start.eq(head.last),
+            ]
+            with m.If(start):
+                m.d.sync += [
+                    s1.frame.eq(new_ctx),
+                ]
+
+        # stage 2, positions: the frame length so far, the window and tail starts, the ICRC masks
+        s2 = Signal(Stage2(width), name="s2")
+        f1 = s1.frame
+        shift1 = f1.hdr_len[0:lane_bits]
+        strip_beat1 = f1.hdr_len[lane_bits:]
+        beat_index1 = s1.pos[lane_bits:]
+        and_mask, or_mask = icrc_beat_masks(m, f1.layout, beat_index1, nbytes)
+        nkeep = keep_count(m, s1.keep, nbytes)
+        with m.If(go):
+            m.d.sync += [
+                s2.valid.eq(s1.valid), s2.data.eq(s1.data), s2.first.eq(s1.first), s2.last.eq(s1.last),
+                s2.frame.eq(f1),
+                s2.frame_len.eq(s1.pos + nkeep),
+                # the beat starts at a multiple of nbytes: adding the shift is a concatenation
+                s2.win_start.eq(Cat(shift1, beat_index1 - 1)),
+                s2.tail_start.eq(Cat(shift1, beat_index1)),
+                s2.to_end.eq(f1.end - s1.pos),
+                s2.emit_base.eq(~s1.first & (beat_index1 > strip_beat1)),
+                s2.tail_base.eq(beat_index1 >= strip_beat1),
+                s2.and_mask.eq(and_mask), s2.or_mask.eq(or_mask),
             ]
 
-        # --- decode -------------------------------------------------------------------------------
-        decoded = decode_window(m, windows.r_data, self.window_bytes)
-        m.d.comb += [
-            contexts.w_data.eq(decoded),
-            contexts.w_en.eq(windows.r_rdy & contexts.w_rdy),
-            windows.r_en.eq(windows.r_rdy & contexts.w_rdy),
-        ]
-
-        # --- process ------------------------------------------------------------------------------
-        beat = data.View(beat_layout, beats.r_data)
-        start = Signal(init=1)          # the next beat is the first of a frame
-        held = Signal(FrameContext)     # the context of the frame under way
-        ctx = Signal(FrameContext)      # the context of the current beat
-        m.d.comb += ctx.eq(Mux(start, contexts.r_data, held.as_value()))
-        base = Signal(POS_BITS)
-        pos = Signal(POS_BITS)          # byte position of the current beat in its frame
-        m.d.comb += pos.eq(Mux(start, 0, base))
-        prev = Signal(width)            # the previous beat's data
-        crc = Signal(32)
-        crc_match = Signal()
-        emitted = Signal()              # a payload beat of this frame has gone out
-
-        strip = ctx.header.hdr_len
-        shift = strip[0:lane_bits]
-        strip_base = Cat(C(0, lane_bits), strip[lane_bits:])
-        nkeep = keep_count(m, beat.keep, nbytes)
-        frame_len = Signal(POS_BITS)
-        m.d.comb += frame_len.eq(pos + nkeep)
-        end_now = Signal(POS_BITS)
-        m.d.comb += end_now.eq(Mux(beat.last & (frame_len < ctx.cut), frame_len, ctx.cut))
-
-        # one-beat-delayed window: out = bytes [shift, shift + nbytes) of (prev, beat)
-        win_start = Signal(POS_BITS)
-        win_rem = Signal(POS_BITS)
-        m.d.comb += [win_start.eq(pos - nbytes + shift), win_rem.eq(end_now - win_start)]
-        emit_window = ~start & (pos >= strip_base + nbytes) & (win_start < end_now)
-        window_data = Signal(width)
-        m.d.comb += window_data.eq(Cat(prev, beat.data) >> (shift * 8))
-
-        # the flush beat, emitted in the cycle after a frame's last beat
-        flush = Signal()
-        flush_shift = Signal(range(nbytes))
-        flush_rem = Signal(range(nbytes + 1))
-        flush_first = Signal()
-        tail_start = pos + shift
-        tail_left = (pos >= strip_base) & (tail_start < end_now)
-
-        # ICRC: masked beat, CRC, residue compare at the beat holding the IP end
-        and_mask, or_mask = icrc_beat_masks(m, ctx.layout, pos[lane_bits:], nbytes)
-        end = ctx.end
-        in_region = Cat(*[((pos + lane) < end).replicate(8) for lane in range(nbytes)])
-        masked = Signal(width)
-        m.d.comb += masked.eq(((beat.data & and_mask) | or_mask) & in_region)
-        crc_next = crc_update(m, Mux(start, 0, crc), masked, nbytes)
-        last_byte = end - 1
-        holds_end = (last_byte[lane_bits:] == pos[lane_bits:]) & (end != 0)
+        # stage 3, decisions: what this beat emits, the masked beat for the CRC, the length verdict
+        s3 = Signal(Stage3(width), name="s3")
+        f2 = s2.frame
+        cut_here = Signal()     # the frame ends in this beat before its cut: its end is frame_len
+        m.d.comb += cut_here.eq(s2.last & (s2.frame_len < f2.cut))
+        in_region = Cat(*[s2.to_end > lane for lane in range(nbytes)])
+        last_lane = Signal(lane_bits)
+        m.d.comb += last_lane.eq(f2.end[0:lane_bits] - 1)
         residue = Signal(32)
-        with m.Switch(last_byte[0:lane_bits]):
+        with m.Switch(last_lane):
             for lane in range(nbytes):
                 with m.Case(lane):
                     m.d.comb += residue.eq(residue_after(nbytes - 1 - lane))
-        match_now = Mux(start, 0, crc_match) | (holds_end & (crc_next == residue))
+        with m.If(go):
+            m.d.sync += [
+                s3.valid.eq(s2.valid), s3.data.eq(s2.data), s3.first.eq(s2.first), s3.last.eq(s2.last),
+                s3.shift.eq(f2.hdr_len[0:lane_bits]),
+                s3.emit.eq(s2.emit_base & Mux(cut_here, s2.win_start < s2.frame_len,
+                                              s2.win_start < f2.cut)),
+                s3.win_rem.eq(Mux(cut_here, s2.frame_len - s2.win_start, f2.cut - s2.win_start)),
+                s3.tail_left.eq(s2.tail_base & Mux(cut_here, s2.tail_start < s2.frame_len,
+                                                   s2.tail_start < f2.cut)),
+                s3.tail_rem.eq(Mux(cut_here, s2.frame_len - s2.tail_start, f2.cut - s2.tail_start)),
+                s3.masked.eq(((s2.data & s2.and_mask) | s2.or_mask) & _lane_bytes(in_region)),
+                s3.crc_en.eq(s2.to_end > 0),
+                s3.holds_end.eq((s2.to_end > 0) & (s2.to_end <= nbytes)),
+                s3.residue.eq(residue),
+                s3.len_ok.eq(~f2.roce | (f2.lens_ok & (s2.frame_len >= f2.end))),
+                s3.roce.eq(f2.roce), s3.csum_ok.eq(f2.csum_ok),
+            ]
 
-        # verdicts, on the last beat
-        verdict = Signal(Verdict)
-        len_ok = ~ctx.header.roce | (ctx.lens_ok & (frame_len >= end))
-        m.d.comb += [
-            verdict.len_ok.eq(len_ok),
-            verdict.icrc_ok.eq(ctx.header.roce & len_ok & match_now),
-            verdict.ipv4_csum_ok.eq(ctx.csum_ok),
-        ]
-
-        need_payload = emit_window | flush
-        process = Signal()
-        m.d.comb += process.eq(beats.r_rdy
-                               & (~start | (contexts.r_rdy & headers.w_rdy))
-                               & (~beat.last | verdicts.w_rdy)
-                               & (~need_payload | payload.w_rdy))
-        do_flush = flush & payload.w_rdy
+        # stage 4, execute: the realigner, the payload FIFO write and the CRC
+        prev = Signal(width)            # the previous beat's data
+        emitted = Signal()              # a payload beat of this frame has gone out
+        crc = Signal(32)
+        flush = Signal()                # the frame's last payload beat goes out in this cycle
+        flush_shift = Signal(range(nbytes))
+        flush_rem = Signal(range(nbytes + 1))
+        flush_first = Signal()
+        window_data = Signal(width)
+        m.d.comb += window_data.eq(Cat(prev, s3.data) >> (s3.shift * 8))
+        crc_in = Signal(32)
+        m.d.comb += crc_in.eq(Mux(s3.first, 0, crc))
+        crc_next = crc_update(m, crc_in, s3.masked, nbytes)
+        emitted_now = Signal()
+        m.d.comb += emitted_now.eq(Mux(s3.first, 0, emitted) | s3.emit)
 
         out_beat = Signal(beat_layout)
-        with m.If(do_flush):
+        with m.If(flush):
             m.d.comb += [
                 out_beat.data.eq(prev >> (flush_shift * 8)),
                 out_beat.keep.eq(thermometer(flush_rem, nbytes)),
@@ -359,51 +611,57 @@ class RoceParser(wiring.Component):
         with m.Else():
             m.d.comb += [
                 out_beat.data.eq(window_data),
-                out_beat.keep.eq(thermometer(win_rem, nbytes)),
+                out_beat.keep.eq(thermometer(s3.win_rem, nbytes)),
                 out_beat.first.eq(~emitted),
-                out_beat.last.eq(win_rem <= nbytes),
+                out_beat.last.eq(s3.win_rem <= nbytes),
             ]
-        m.d.comb += [
-            payload.w_data.eq(out_beat),
-            payload.w_en.eq(do_flush | (process & emit_window)),
-            beats.r_en.eq(process),
-            contexts.r_en.eq(process & start),
-            headers.w_data.eq(contexts.r_data[:ParsedHeader.size]),
-            headers.w_en.eq(process & start),
-            verdicts.w_data.eq(verdict),
-            verdicts.w_en.eq(process & beat.last),
-        ]
-
-        with m.If(do_flush):
-            m.d.sync += flush.eq(0)
-        with m.If(process):
-            emitted_now = Mux(start, 0, emitted) | emit_window
+        s4 = Signal(Stage4(width), name="s4")
+        with m.If(go):
             m.d.sync += [
-                held.eq(ctx),
-                base.eq(pos + nbytes),
-                start.eq(beat.last),
-                prev.eq(beat.data),
-                emitted.eq(emitted_now),
-                crc_match.eq(match_now),
+                s4.out.eq(out_beat), s4.out_valid.eq(flush | (s3.valid & s3.emit)),
+                s4.valid.eq(s3.valid), s4.first.eq(s3.first), s4.last.eq(s3.last),
+                s4.holds_end.eq(s3.holds_end), s4.residue.eq(s3.residue), s4.len_ok.eq(s3.len_ok),
+                s4.roce.eq(s3.roce), s4.csum_ok.eq(s3.csum_ok),
+                flush.eq(0),
             ]
-            with m.If(pos < end):
-                m.d.sync += crc.eq(crc_next)
-            with m.If(beat.last):
-                m.d.sync += [
-                    flush.eq(1),
-                    flush_shift.eq(shift),
-                    flush_rem.eq(Mux(tail_left, end_now - tail_start, 0)),
-                    flush_first.eq(~emitted_now),
-                ]
-                # nothing left to send and something already sent: no flush beat
-                with m.If(~tail_left & emitted_now):
-                    m.d.sync += flush.eq(0)
+            with m.If(s3.valid):
+                m.d.sync += [prev.eq(s3.data), emitted.eq(emitted_now)]
+                with m.If(s3.crc_en):
+                    m.d.sync += crc.eq(crc_next)
+                with m.If(s3.last):
+                    m.d.sync += [
+                        # nothing left to send and something already sent: no flush beat
+                        flush.eq(s3.tail_left | ~emitted_now),
+                        flush_shift.eq(s3.shift),
+                        flush_rem.eq(Mux(s3.tail_left, s3.tail_rem, 0)),
+                        flush_first.eq(~emitted_now),
+                    ]
+
+        # stage 5, write: the payload beat, and the verdicts (``crc`` now holds the state after the
+        # beat), so that a last payload beat and its verdicts enter their FIFOs together
+        m.d.comb += [
+            payload.w_data.eq(s4.out),
+            payload.w_en.eq(go & s4.out_valid),
+        ]
+        crc_match = Signal()
+        match_now = Signal()
+        m.d.comb += match_now.eq(Mux(s4.first, 0, crc_match) | (s4.holds_end & (crc == s4.residue)))
+        verdict = Signal(Verdict)
+        m.d.comb += [
+            verdict.len_ok.eq(s4.len_ok),
+            verdict.icrc_ok.eq(s4.roce & s4.len_ok & match_now),
+            verdict.ipv4_csum_ok.eq(s4.csum_ok),
+            verdicts.w_data.eq(verdict),
+            verdicts.w_en.eq(go & s4.valid & s4.last),
+        ]
+        with m.If(go & s4.valid):
+            m.d.sync += crc_match.eq(match_now)
 
         # --- join ---------------------------------------------------------------------------------
         pending = data.View(beat_layout, payload.r_data)
         m.d.comb += [
             self.o.valid.eq(payload.r_rdy & (~pending.last | verdicts.r_rdy)),
-            self.o.payload.data.eq(pending.data & Cat(*[bit.replicate(8) for bit in pending.keep])),
+            self.o.payload.data.eq(pending.data & _lane_bytes(pending.keep)),
             self.o.payload.keep.eq(pending.keep),
             self.o.payload.first.eq(pending.first),
             self.o.payload.last.eq(pending.last),

@@ -13,17 +13,13 @@ import json
 import cocotb
 from cocotb.triggers import RisingEdge
 
-from netreduce.host.pcap import read_pcap
-from netreduce.sim.runner import cocotb_params
 from netreduce.tb.parser_tb import TB
 
 
 @cocotb.test()
 async def measure(dut):
-    params = cocotb_params()
-    tb = TB(dut, params)
-    await tb.reset()
-    frames = read_pcap(params["frames"])
+    tb, frames = await TB.start(dut)
+    params = tb.params
     nbytes = params["width"] // 8
     in_beats = sum(-(-len(f) // nbytes) for f in frames)
     cycle = 0

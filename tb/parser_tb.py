@@ -76,6 +76,14 @@ class TB:
             if dut.m_axis__tvalid.value == 1 and dut.m_axis__tready.value == 1 and dut.m_axis__tlast.value == 1:
                 self.verdicts.append(dut.m_axis__tuser.value.to_unsigned())
 
+    @classmethod
+    async def start(cls, dut, params=None):
+        """The usual opening of a test: the bench (clock, bus models) on ``params`` (by default those
+        of :func:`cocotb_params`), a reset, and the frames of the pcap ``params["frames"]``."""
+        tb = cls(dut, cocotb_params() if params is None else params)
+        await tb.reset()
+        return tb, read_pcap(tb.params["frames"])
+
     async def reset(self):
         self.dut.rst.value = 1
         for _ in range(4):
@@ -109,10 +117,8 @@ def verdict_dict(tuser_last):
 
 @cocotb.test()
 async def frames_against_model(dut):
-    params = cocotb_params()
-    tb = TB(dut, params)
-    await tb.reset()
-    frames = read_pcap(params["frames"])
+    tb, frames = await TB.start(dut)
+    params = tb.params
     cocotb.start_soon(tb.send_all(frames))
     received = await tb.receive(len(frames), timeout_cycles=1000 + 20 * sum(len(f) for f in frames))
 
@@ -151,9 +157,7 @@ async def line_rate(dut):
     params = cocotb_params()
     if params.get("idle") or params.get("backpressure"):
         return
-    tb = TB(dut, params)
-    await tb.reset()
-    frames = read_pcap(params["frames"])
+    tb, frames = await TB.start(dut, params)
     nbytes = params["width"] // 8
     beats = sum(-(-len(f) // nbytes) for f in frames)
     stalls = 0
@@ -184,9 +188,7 @@ async def dump_records(dut):
     params = cocotb_params()
     if "out" not in params:
         return
-    tb = TB(dut, params)
-    await tb.reset()
-    frames = read_pcap(params["frames"])
+    tb, frames = await TB.start(dut, params)
     cocotb.start_soon(tb.send_all(frames))
     await tb.receive(len(frames), timeout_cycles=1000 + 4 * sum(len(f) for f in frames))
     assert len(tb.headers) == len(tb.verdicts) == len(frames)

