@@ -7,10 +7,10 @@ behind it have room):
 
 ``capture``   an input register, then the beat FIFO and a window of the first ``window_bytes`` of each
               frame (with a flag: bytes 12..13 are the VLAN TPID);
-``decode``    three registers without enable, fed by credits: (1) the VLAN tag taken out, the IP version;
+``decode``    four registers without enable, fed by credits: (1) the VLAN tag taken out, the IP version;
               (2) each field picked at its IPv4 or IPv6 place, the opcode looked up, the RoCE decision;
-              (3) the header record but ``payload_len``; then the header record goes to the header FIFO
-              and the per-frame :data:`FrameContext` (offsets and static verdicts) to the context FIFO;
+              (3) the header record but ``payload_len``; (4) the header record, for the header FIFO, and
+              the per-frame :data:`FrameContext` (offsets and static verdicts), for the context FIFO;
 ``process``   five stages that advance together while the payload and verdict FIFOs have room:
               (1) fetch a beat, with its frame's context on the first beat; (2) byte positions, the ICRC
               masks of the beat; (3) the emit decisions of the realigner, the masked beat, the length
@@ -38,8 +38,8 @@ from .crc import crc_update, icrc_beat_masks, residue_after
 from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, \
     header_stream, payload_stream
 
-__all__ = ["RoceParser", "FrameContext", "decode_raw", "decode_fields", "decode_context", "window_bytes_for", "keep_count",
-           "thermometer"]
+__all__ = ["RoceParser", "FrameContext", "decode_normalize", "decode_raw", "decode_fields",
+           "decode_context", "window_bytes_for", "keep_count", "thermometer"]
 
 POS_BITS = 17   # byte positions within a frame (frames up to 64 KiB + headers)
 
