@@ -9,55 +9,28 @@ and checks them against the model's, frame for frame and byte for byte, then eve
 """
 
 import collections
-import itertools
-import logging
 import pickle
-import random
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
+from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import AxiStreamFrame
 
 from netreduce.host.protocol import ip_to_int, mac_to_int
 from netreduce.hw.switch import CSR
 from netreduce.sim.runner import cocotb_params
 from netreduce.sim.switch_model import COUNTERS
+from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
 
-CLOCK_NS = 6.4
+class TB(StreamTB):
+    """The parser testbench's clock, AXI-Stream source and sink, pauses and reset, plus the control
+    registers."""
 
-
-def _pattern(probability, seed):
-    rng = random.Random(seed)
-    return (rng.random() < probability for _ in itertools.count())
-
-
-class TB:
     def __init__(self, dut, params):
-        self.dut = dut
-        self.params = params
-        self.log = logging.getLogger("cocotb.tb")
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"),
-                                      dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"),
-                                  dut.clk, dut.rst)
-        seed = params.get("seed", 0)
-        if params.get("idle"):
-            self.source.set_pause_generator(_pattern(params["idle"], seed))
-        if params.get("backpressure"):
-            self.sink.set_pause_generator(_pattern(params["backpressure"], seed + 1))
+        super().__init__(dut, params)
         dut.csr__we.value = 0
         dut.csr__addr.value = 0
         dut.csr__wdata.value = 0
-
-    async def reset(self):
-        self.dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
 
     async def write(self, address, value):
         self.dut.csr__addr.value = address
@@ -98,18 +71,8 @@ class TB:
                                   (CSR.CONN_START_PSN, conn.start_psn), (CSR.CONN_ENABLE, 1)):
                 await self.write(base + offset, value)
 
-    async def send_all(self, frames):
-        for frame in frames:
-            await self.source.send(AxiStreamFrame(frame))
-
     async def receive(self, count, timeout_cycles):
-        async def all_frames():
-            return [bytes((await self.sink.recv()).tdata) for _ in range(count)]
-        try:
-            return await with_timeout(all_frames(), round(timeout_cycles * CLOCK_NS * 1000), "ps")
-        except SimTimeoutError:
-            raise AssertionError(f"fewer than {count} frames came out within {timeout_cycles} cycles; "
-                                 f"{self.sink.count()} waiting") from None
+        return [bytes(frame.tdata) for frame in await super().receive(count, timeout_cycles)]
 
 
 @cocotb.test()
