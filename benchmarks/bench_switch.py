@@ -3,9 +3,12 @@
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
-  4 message slots) is run on the golden model, and what reached the switch is replayed back to back (no
-  idle cycle, sink always ready) into the generated Verilog (``tb/switch_tb.py``, testcase ``measure``):
-  input and output beats per clock over the run (goal 1.0, line rate).
+  16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
+  window and the workers send it back to back) is run on the golden model, and what reached the switch
+  is replayed into the generated Verilog (``tb/switch_tb.py``, testcase ``measure``) as fast as the switch
+  takes it, each frame held back only until the switch has sent what the frame answers (its ACKs), the
+  sink always ready: input beats per clock over the frames offered back to back, the clocks in which the
+  switch refused a beat, and output beats per clock over the run (goal 1.0, line rate).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
@@ -27,7 +30,8 @@ from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.sim.runner import run_cocotb
 
-MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 4
+MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
+WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's bytes in the credit window
 
 
 def scenario(workers, nbytes, width):
@@ -37,7 +41,7 @@ def scenario(workers, nbytes, width):
     assert network.run() == "done"
     engine = network.engine
     return {"config": network.switch_config, "inputs": engine.inputs, "outputs": engine.outputs,
-            "results": engine.results, "counters": dict(engine.counters)}
+            "results": engine.results, "after": engine.after, "counters": dict(engine.counters)}
 
 
 def slot_memory_bits(switch):
@@ -67,7 +71,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, nargs="+", default=[64, 512], choices=(64, 512))
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--bytes", type=int, default=65536, help="gradient bytes per worker")
+    parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     args = parser.parse_args(argv)
     report = {"mtu": MTU, "workers": args.workers, "bytes_per_worker": args.bytes}

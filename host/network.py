@@ -6,9 +6,11 @@ propagation delay, one frame at a time), and each host has a
 :class:`~netreduce.host.faults.FaultInjector` on its side of the port in each direction ("host to switch",
 "switch to host"). The switch is an *engine*: :class:`ModelEngine` runs the golden model
 (:mod:`netreduce.sim.switch_model`); an RTL engine drives the generated Verilog from a cocotb testbench
-through the same two calls: the network calls ``engine.inject(port, frame, now)`` when a frame reaches
-the switch, and the engine calls ``network.from_switch(port, frame)`` at the simulated time a frame
-leaves it.
+through the same two calls: the network calls ``engine.inject(port, frame, now, after)`` when a frame
+reaches the switch, and the engine calls ``network.from_switch(port, frame)`` at the simulated time a
+frame leaves it. ``after`` is how many frames had come off the switch's egress links (all ports) when
+the host sent this one: all that a frame can depend on, so a replay of recorded traffic that holds each
+frame back until the switch under test has sent that many frames keeps the traffic's causality.
 
 Time is in integer nanoseconds. :func:`build_allreduce` sets up jobs, connections and workers from a few
 numbers; :meth:`Network.run` runs until every worker holds its result, a queue pair fails, or the time
@@ -68,18 +70,20 @@ class ModelEngine:
         self.latency_ns = latency_ns
         self.network = None
         self.record = record
-        # with ``record``: (port, frame) in; [(port, frame)] out; how many of those were slot results
-        self.inputs, self.outputs, self.results = [], [], []
+        # with ``record``: (port, frame) in; [(port, frame)] out; how many of those were slot results;
+        # how many frames had come off the switch's egress links when the frame was sent
+        self.inputs, self.outputs, self.results, self.after = [], [], [], []
 
     @property
     def counters(self):
         return self.model.counters
 
-    def inject(self, port, frame, now):
+    def inject(self, port, frame, now, after=0):
         before = self.model.counters["results_sent"]
         produced = self.model.receive(port, frame)
         if self.record:
             self.inputs.append((port, frame))
+            self.after.append(after)
             self.outputs.append(produced)
             self.results.append(self.model.counters["results_sent"] - before)
         for out_port, out_frame in produced:
@@ -124,7 +128,8 @@ class _Host:
         """Out of the host: the faults of its side, then the switch port's shared ingress link."""
         ingress = self.network.ingress[self.port]
         for extra, copy in self.faults_up.apply(frame):
-            self.network.at(now + extra, ingress.send, copy, self.network.into_switch, self.port)
+            self.network.at(now + extra, ingress.send, copy, self.network.into_switch, self.port,
+                            self.network.switch_outputs)
 
     def from_switch(self, frame):
         """Off the port's egress link: the faults of the host's side, then the host."""
@@ -170,14 +175,15 @@ class Network:
         self.egress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
         self._host_by_mac = {address.mac: host for address, host in zip(hosts, self.hosts)}
         self.unroutable = 0
+        self.switch_outputs = 0         # frames that have come off the egress links (or were unroutable)
         self.workers = []
         engine.network = self
 
     def at(self, time, action, *args):
         heapq.heappush(self._events, (time, next(self._order), action, args))
 
-    def into_switch(self, port, frame):
-        self.engine.inject(port, frame, self.now)
+    def into_switch(self, port, after, frame):
+        self.engine.inject(port, frame, self.now, after)
 
     def from_switch(self, port, frame):
         """A frame leaves the switch on ``port`` now: down the port's egress link to the host that owns
@@ -185,8 +191,13 @@ class Network:
         host = self._host_by_mac.get(int.from_bytes(frame[:6], "big"))
         if host is None or host.port != port:
             self.unroutable += 1
+            self.switch_outputs += 1
             return
-        self.egress[port].send(frame, host.from_switch)
+        self.egress[port].send(frame, self._delivered, host)
+
+    def _delivered(self, host, frame):
+        self.switch_outputs += 1
+        host.from_switch(frame)
 
     @property
     def done(self):

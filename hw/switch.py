@@ -188,6 +188,14 @@ class NetReduceSwitch(wiring.Component):
         wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
         pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
+        # RESULTS descriptors of each message not yet sent in full: a message is not released before
+        # its results have left, even if an ACK (which no real NIC sends this early) says otherwise
+        msg_unsent = registers(J * K, ceil_log2(M + 1), "msg_unsent")
+        unsent_add, unsent_sub = Signal(), Signal()
+        unsent_add_at, unsent_sub_at = Signal(range(J * K)), Signal(range(J * K))
+        for i in range(J * K):
+            m.d.sync += msg_unsent[i].eq(msg_unsent[i] + (unsent_add & (unsent_add_at == i))
+                                         - (unsent_sub & (unsent_sub_at == i)))
         counters = {name: Signal(32, name=f"count_{name}") for name in COUNTERS}
 
         def count(name, amount=1):
@@ -248,11 +256,12 @@ class NetReduceSwitch(wiring.Component):
             "kind": 2,
             "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": beat_bits + 1, "length": 16,
             "own": 8 * _OWN_BYTES,
-            "job": job_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1, "value": 32,
+            "job": job_bits, "k": k_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1,
+            "value": 32,
         })
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
-        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=16)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=16)
+        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=64)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=64)
         request_layout = slots.sum_request.payload.shape()
         m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=4)
         m.d.comb += [
@@ -474,7 +483,8 @@ class NetReduceSwitch(wiring.Component):
         oldest = job_oldest[release_job]
         oldest_k = oldest[:k_bits]
         oldest_message = release_job * K + oldest_k
-        releasable = msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
+        releasable = (msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
+                      & (msg_unsent[oldest_message] == 0))
         for w in range(N):
             entry = oldest_message * N + w
             done = wk_closed[entry] & _not_behind(delivered[release_job * N + w],
@@ -588,6 +598,7 @@ class NetReduceSwitch(wiring.Component):
                             m.d.sync += pk_ready[slot].eq(1)
                             count("results_sent", job_n[j])
                             m.d.comb += [
+                                unsent_add.eq(1), unsent_add_at.eq(j * K + k),
                                 sum_requests.w_en.eq(1),
                                 new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
                                 new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
@@ -595,7 +606,8 @@ class NetReduceSwitch(wiring.Component):
                                 new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
                                 new_descriptor.index0.eq(plan.index == 0),
                                 new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                                new_descriptor.job.eq(j), new_descriptor.workers.eq(job_n[j]),
+                                new_descriptor.job.eq(j), new_descriptor.k.eq(k),
+                                new_descriptor.workers.eq(job_n[j]),
                             ]
             with m.State("RELEASE"):
                 with m.If(~releasable):
@@ -628,6 +640,7 @@ class NetReduceSwitch(wiring.Component):
         ring_read, ring_committed, ring_bits = env["ring_read"], env["ring_committed"], env["ring_bits"]
         req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
         sw_mac, sw_ip, ctl_port, counters = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["counters"]
+        unsent_sub, unsent_sub_at, K = env["unsent_sub"], env["unsent_sub_at"], self.message_slots
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
 
         d = Signal(Descriptor)
@@ -775,12 +788,19 @@ class NetReduceSwitch(wiring.Component):
             with m.Else():
                 m.next = "IDLE"
 
+        # finished sums, taken from the slot memory as they come (sums finish in the order of the RESULTS
+        # descriptors), so that sums run ahead of the emission by as many packet slots as there are
+        sums_ready = Signal(range(self.slots + 2))
+        sum_used = Signal()
+        m.d.comb += slots.sum_done.ready.eq(1)
+        m.d.sync += sums_ready.eq(sums_ready + slots.sum_done.valid - sum_used)
+
         with m.FSM(name="payloads"):
             with m.State("IDLE"):
                 dispatch()
             with m.State("WAIT_SUM"):
-                m.d.comb += slots.sum_done.ready.eq(1)
-                with m.If(slots.sum_done.valid):
+                with m.If(sums_ready != 0):
+                    m.d.comb += sum_used.eq(1)
                     m.next = "OWN_READ"
             with m.State("OWN_READ"):
                 m.d.comb += own_read.eq(1)
@@ -797,6 +817,7 @@ class NetReduceSwitch(wiring.Component):
                 more = (worker + 1 < d.workers) & ((d.kind == RESULTS) | ((d.kind == CREDITS) & d.all))
                 with m.If(taken & out.payload.last):
                     m.d.sync += [ring_active.eq(0), result_active.eq(0), control_active.eq(0)]
+                    m.d.comb += [unsent_sub.eq((d.kind == RESULTS) & ~more), unsent_sub_at.eq(d.job * K + d.k)]
                     with m.If(more):
                         m.d.sync += worker.eq(worker + 1)
                         with m.If(d.kind == RESULTS):

@@ -7,6 +7,10 @@ package's own ``bin/`` folder, not on ``PATH``, so :func:`simulator_env` points 
 Each (top, parameter set, simulator) gets its own build folder under ``sim_build/`` so that parallel
 pytest workers never share one, and a rebuild happens only when the generated Verilog changes.
 Set ``WAVES=1`` in the environment for an FST (Icarus) or VCD (Verilator) waveform in that folder.
+
+The C++ that Verilator writes for the switch runs to tens of megabytes, and g++ spends minutes on it at
+Verilator's default ``-Os``: builds use ``NETREDUCE_VERILATOR_CXX_OPT`` (default ``-O0``), which builds
+the 512-bit switch about eight times faster; benchmarks of simulation speed ask for ``-O2``.
 """
 
 import hashlib
@@ -28,6 +32,11 @@ DEFAULT_BUILD_ROOT = Path(os.environ.get("NETREDUCE_SIM_BUILD", REPO_ROOT / "sim
 # Generated Verilog packs structs into vectors, so Verilator sees bit-level "loops" (UNOPTFLAT) and
 # width lint everywhere; none of it is a design error.
 BUILD_ARGS = {"verilator": ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-UNOPTFLAT", "-O3"]}
+
+
+def verilator_cxx_opt():
+    """The g++ optimisation of Verilator builds (module documentation)."""
+    return os.environ.get("NETREDUCE_VERILATOR_CXX_OPT", "-O0")
 
 
 class SimulationError(RuntimeError):
@@ -56,7 +65,8 @@ def simulator_env(simulator):
             "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             # the wheel's verilated.mk was configured with an empty precompiled-header include flag,
             # which leaves "Vtop__pch.h.fast" on the compiler line as if it were an input file
-            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include",
+            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include " + " ".join(
+                f"{variable}={verilator_cxx_opt()}" for variable in ("OPT_FAST", "OPT_SLOW", "OPT_GLOBAL")),
         }
     if simulator == "icarus":
         if shutil.which("iverilog") is None:
@@ -119,7 +129,8 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
     build_dir = Path(build_root or DEFAULT_BUILD_ROOT) / name / simulator / _param_tag(build_params)
     build_dir.mkdir(parents=True, exist_ok=True)
     text = generate_verilog(component, name)
-    stamp_text = hashlib.sha256(text.encode()).hexdigest() + ("-waves" if waves else "")
+    stamp_text = (hashlib.sha256(text.encode()).hexdigest() + ("-waves" if waves else "")
+                  + (verilator_cxx_opt() if simulator == "verilator" else ""))
 
     env_add = simulator_env(simulator)
     saved = {key: os.environ.get(key) for key in env_add}

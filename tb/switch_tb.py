@@ -74,6 +74,33 @@ class TB(StreamTB):
     async def receive(self, count, timeout_cycles):
         return [bytes(frame.tdata) for frame in await super().receive(count, timeout_cycles)]
 
+    async def replay(self, frames, after):
+        """Send ``frames``, each once the switch has sent ``after[i]`` frames: the recorded traffic's own
+        causality (``netreduce.host.network``), so that no ACK overtakes the result it acknowledges."""
+        sent = 0
+
+        async def count_out():
+            nonlocal sent
+            while True:
+                await RisingEdge(self.dut.clk)
+                sent += (self.dut.m_axis__tvalid.value == 1 and self.dut.m_axis__tready.value == 1
+                         and self.dut.m_axis__tlast.value == 1)
+        counter = cocotb.start_soon(count_out())
+        for frame, needed in zip(frames, after):
+            while sent < needed:
+                await RisingEdge(self.dut.clk)
+            await self.source.send(AxiStreamFrame(frame))
+        counter.cancel()
+
+
+def check_frames(got, expected):
+    """Every frame out equals the model's; else the count of differences and the first one."""
+    mismatches = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
+    if mismatches:
+        first = mismatches[0]
+        raise AssertionError(f"{len(mismatches)} of {len(expected)} frames differ; first: output {first}\n"
+                             f"  rtl:   {got[first].hex()}\n  model: {expected[first].hex()}")
+
 
 @cocotb.test()
 async def scenario_against_model(dut):
@@ -85,17 +112,13 @@ async def scenario_against_model(dut):
     await tb.configure(scenario["config"], params["workers"])   # the build's N
     frames = [frame for _, frame in scenario["inputs"]]
     expected = [frame for produced in scenario["outputs"] for _, frame in produced]
-    cocotb.start_soon(tb.send_all(frames))
+    cocotb.start_soon(tb.replay(frames, scenario["after"]))
     cycles = 2000 + 4 * sum(len(f) for f in frames + expected)
     got = await tb.receive(len(expected), timeout_cycles=cycles)
     for _ in range(200):                    # nothing more may come out
         await RisingEdge(dut.clk)
     assert tb.sink.empty(), f"{tb.sink.count()} frames more than the model sent"
-    mismatches = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
-    if mismatches:
-        first = mismatches[0]
-        raise AssertionError(f"{len(mismatches)} of {len(expected)} frames differ; first: output {first}\n"
-                             f"  rtl:   {got[first].hex()}\n  model: {expected[first].hex()}")
+    check_frames(got, expected)
     counts = {name: await tb.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)}
     differ = {name: (counts[name], scenario["counters"][name]) for name in COUNTERS
               if counts[name] != scenario["counters"][name]}
@@ -105,8 +128,12 @@ async def scenario_against_model(dut):
 
 @cocotb.test()
 async def measure(dut):
-    """Not a check but a measurement (benchmarks/bench_switch.py): the scenario's frames back to back,
-    the sink always ready; writes throughput and latency figures as JSON to ``out``."""
+    """Not a check but a measurement (benchmarks/bench_switch.py): the scenario's frames as fast as the
+    switch takes them and their causality allows (``TB.replay``), the sink always ready; writes
+    throughput and latency figures as JSON to ``out``. The input rate is measured over the frames that
+    were offered back to back (sent before any frame came out of the switch), the output rate over every
+    frame out; ``input_refused_clocks`` counts the clocks in which the switch held a beat of those
+    frames back (``..._after``: of the later ones, ACKs queued behind the results)."""
     import json
     import time
 
@@ -121,12 +148,15 @@ async def measure(dut):
     cycle = 0
     ins, outs, in_last, out_first = [], [], [], []
     starting = True
+    refused = []
 
     async def observe():
         nonlocal cycle, starting
         while True:
             await RisingEdge(dut.clk)
             cycle += 1
+            if dut.s_axis__tvalid.value == 1 and dut.s_axis__tready.value == 0:
+                refused.append(cycle)
             if dut.s_axis__tvalid.value == 1 and dut.s_axis__tready.value == 1:
                 ins.append(cycle)
                 if dut.s_axis__tlast.value == 1:
@@ -138,10 +168,10 @@ async def measure(dut):
                 starting = dut.m_axis__tlast.value == 1
     cocotb.start_soon(observe())
     wall = time.perf_counter()
-    cocotb.start_soon(tb.send_all(frames))
+    cocotb.start_soon(tb.replay(frames, scenario["after"]))
     got = await tb.receive(len(expected), timeout_cycles=2000 + 4 * sum(len(f) for f in frames + expected))
     wall = time.perf_counter() - wall
-    assert got == expected, "the measured run differs from the model"
+    check_frames(got, expected)
     # latency: from the last beat of each frame that completed a slot to the first beat of its first result
     latencies, position = [], 0
     for index, produced in enumerate(scenario["outputs"]):
@@ -149,10 +179,15 @@ async def measure(dut):
             latencies.append(out_first[position] - in_last[index])
         position += len(produced)
     latencies.sort()
+    offered = next((i for i, needed in enumerate(scenario["after"]) if needed), len(frames))
+    offered_beats = sum(-(-len(frame) // (params["width"] // 8)) for frame in frames[:offered])
     result = {
         "frames_in": len(frames), "frames_out": len(expected),
         "input_beats": len(ins), "output_beats": len(outs),
-        "input_beats_per_clock": round(len(ins) / (ins[-1] - ins[0] + 1), 4),
+        "offered_frames": offered,
+        "input_beats_per_clock": round(offered_beats / (in_last[offered - 1] - ins[0] + 1), 4),
+        "input_refused_clocks": sum(1 for c in refused if c <= in_last[offered - 1]),
+        "input_refused_clocks_after": sum(1 for c in refused if c > in_last[offered - 1]),
         "output_beats_per_clock": round(len(outs) / (outs[-1] - outs[0] + 1), 4),
         "result_latency_clocks": {"min": latencies[0], "median": latencies[len(latencies) // 2],
                                   "max": latencies[-1]} if latencies else None,
@@ -175,7 +210,7 @@ class RtlEngine:
         self.pending = collections.deque()
         self.counters = {}
 
-    def inject(self, port, frame, now):
+    def inject(self, port, frame, now, after=0):
         self.pending.append(frame)
 
 
