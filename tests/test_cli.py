@@ -80,6 +80,7 @@ def test_parse_pcap_model_on_a_built_frame(tmp_path):
     assert record["payload_len"] == 64 and record["icrc_ok"] is True and record["ipv4_csum_ok"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [64, 512])
 def test_parse_pcap_rtl_matches_model(width):
     """Every frame of two captures (one with bad ICRCs): the RTL's JSON equals the model's, line by line."""

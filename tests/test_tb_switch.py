@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow
+
 from netreduce.host.faults import FaultSpec
 from netreduce.host.network import ModelEngine, build_allreduce
 from netreduce.host.packets import build_roce_frame
@@ -41,7 +43,8 @@ def record(setup=None, **kwargs):
     status = network.run(time_limit_ns=10**10)
     engine = network.engine
     return {"status": status, "config": network.switch_config, "inputs": engine.inputs,
-            "outputs": engine.outputs, "results": engine.results, "after": engine.after, "counters": dict(engine.counters)}
+            "outputs": engine.outputs, "results": engine.results, "after": engine.after,
+            "counters": dict(engine.counters)}
 
 
 def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0):
