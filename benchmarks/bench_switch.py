@@ -13,13 +13,16 @@
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
   double-buffered result memory).
-- RTL simulation speed: frames in and out per second of wall time (Verilator through cocotb).
+- RTL simulation speed: frames in and out per second of wall time (Verilator through cocotb; the build
+  is compiled with g++ -O2 unless ``NETREDUCE_VERILATOR_CXX_OPT`` says otherwise, where the tests use
+  -O0 for short builds).
 - With ``--synth``: LUTs, flip-flops, block RAMs and Fmax of a 64-bit, 4-worker, 1-job build on the
   ECP5-85 (speed grade 8), against the 156.25 MHz goal.
 """
 
 import argparse
 import json
+import os
 import pickle
 import sys
 import tempfile
@@ -74,6 +77,7 @@ def main(argv=None):
     parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     args = parser.parse_args(argv)
+    os.environ.setdefault("NETREDUCE_VERILATOR_CXX_OPT", "-O2")
     report = {"mtu": MTU, "workers": args.workers, "bytes_per_worker": args.bytes}
     for width in args.width:
         report[f"{width}b"] = measure(width, args.workers, args.bytes)
