@@ -16,7 +16,7 @@ override every length, checksum and the ICRC, to make malformed frames on purpos
 import ipaddress
 
 from scapy.config import conf
-from scapy.fields import BitField, IntField, XBitField, XByteField, XIntField, XLongField
+from scapy.fields import IntField, XBitField, XByteField, XIntField, XLongField
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether

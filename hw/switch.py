@@ -1,8 +1,11 @@
 """The NetReduce switch: status monitor, slots, adder tree, result emission, credits, control registers.
 
 The behaviour is the contract of docs/ARCHITECTURE.md ("Aggregation (the NetReduce switch)"), from which
-the golden model ``netreduce.sim.switch_model`` is written too. One port; the stages:
+the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 
+0. *ports*: ``FrameArbiter`` takes whole frames from the ``ports`` input ports, round robin, into the
+   one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
+   share one port's worth; docs "Open items").
 1. *parse*: ``RoceParser`` gives each frame's header record, then its payload stream with the verdicts.
 2. *monitor*, one frame at a time: ``IDLE`` takes the header, ``LOOKUP`` plans the frame from the header
    and the connection state (registered), ``STREAM`` takes the payload at one beat per clock into the
@@ -17,7 +20,8 @@ the golden model ``netreduce.sim.switch_model`` is written too. One port; the st
    ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
    worker's stored header and the sum), CREDIT control frames. A header sequencer hands the headers to
    ``RoceDeparser`` ahead of a payload sequencer; the deparser serializes them and recomputes ICRC and
-   IPv4 checksum.
+   IPv4 checksum. ``FrameRouter`` sends each frame out of the port that the forwarding table gives
+   for its destination MAC (the default port for any other MAC).
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus two clocks per frame in the monitor
@@ -30,12 +34,14 @@ the counter at ``addr`` the clock after):
 ====================  ============================================================================
 0x000, 0x001          switch MAC, low 32 and high 16 bits
 0x002, 0x003          switch IPv4 address, control UDP port (default 4792)
+0x004                 default port (frames to a MAC not in the forwarding table, broadcast too)
 0x010 + 4 j           job j: +0 job id, +1 workers, +2 enable (writing resets the job's state),
                       +3 MTU (bytes, at most the build's ``mtu``; default the build's)
 0x100 + 8 c           connection c = j * N + w: +0/+1 requester MAC low/high, +2 requester IP,
                       +3 requester QPN, +4 responder IP, +5 responder QPN, +6 first PSN,
                       +7 enable (writing resets the connection's state)
-0x400 + i             counter i of ``netreduce.sim.switch_model.COUNTERS`` (read only)
+0x900 + 4 e           forwarding entry e: +0/+1 MAC low/high, +2 port, +3 enable
+0xC00 + i             counter i of ``netreduce.sim.switch_model.COUNTERS`` (read only)
 ====================  ============================================================================
 """
 
@@ -51,6 +57,7 @@ from ..wire import (AGG_MAGIC, AGG_VERSION, CONTROL_MAGIC, CONTROL_PORT, CONTROL
                     ETH_MIN_FRAME, ETHERTYPE_IPV4, ControlType)
 from .deparser import RoceDeparser
 from .parser import RoceParser
+from .ports import FrameArbiter, FrameRouter, _check_ports
 from .slots import SlotMemory
 from .stream import ParsedHeader, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
 
@@ -70,13 +77,15 @@ _GOOD_VERDICT = 0b111       # icrc_ok, ipv4_csum_ok, len_ok
 
 class CSR:
     """Word addresses of the control registers (see the module documentation)."""
-    SWITCH_MAC_LO, SWITCH_MAC_HI, SWITCH_IP, CONTROL_PORT = 0x000, 0x001, 0x002, 0x003
+    SWITCH_MAC_LO, SWITCH_MAC_HI, SWITCH_IP, CONTROL_PORT, DEFAULT_PORT = 0x000, 0x001, 0x002, 0x003, 0x004
     JOB_BASE, JOB_STRIDE = 0x010, 4
     JOB_ID, JOB_WORKERS, JOB_ENABLE, JOB_MTU = 0, 1, 2, 3
     CONN_BASE, CONN_STRIDE = 0x100, 8
     (CONN_REQ_MAC_LO, CONN_REQ_MAC_HI, CONN_REQ_IP, CONN_REQ_QPN, CONN_RESP_IP, CONN_RESP_QPN,
      CONN_START_PSN, CONN_ENABLE) = range(8)
-    COUNTER_BASE = 0x400
+    FORWARD_BASE, FORWARD_STRIDE = 0x900, 4
+    FORWARD_MAC_LO, FORWARD_MAC_HI, FORWARD_PORT, FORWARD_ENABLE = range(4)
+    COUNTER_BASE = 0xC00
 
 
 def csr_signature():
@@ -105,11 +114,14 @@ class NetReduceSwitch(wiring.Component):
     - ``max_frame``: the longest payload stream (whole frame if not RoCE) that can go on, bytes;
     - ``adder_stages``: pipeline depth of each adder of the tree.
 
-    Ports: ``s_axis``, ``m_axis`` (AXI-Stream: tdata, tkeep, tlast, tvalid, tready), ``csr``.
+    - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table).
+
+    Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
+    tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``.
     """
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
-                 message_slots=4, max_frame=9216, adder_stages=5):
+                 message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
@@ -129,13 +141,17 @@ class NetReduceSwitch(wiring.Component):
         self.width, self.workers, self.jobs, self.dtype, self.ftz = width, workers, jobs, dtype, ftz
         self.mtu, self.message_packets, self.message_slots = mtu, message_packets, message_slots
         self.max_frame, self.adder_stages = max_frame, adder_stages
+        self.ports = _check_ports(ports)
+        if not isinstance(forwarding_entries, int) or not 1 <= forwarding_entries <= 64:
+            raise ValueError(f"forwarding_entries must be an integer from 1 to 64, not {forwarding_entries!r}")
+        self.forwarding_entries = forwarding_entries
         self.beat_bytes = width // 8
         self.packet_beats = -(-mtu // self.beat_bytes)
         self.connections = jobs * workers
         self.slots = jobs * message_slots * message_packets
         super().__init__({
-            "s_axis": In(axi_stream_signature(width)),
-            "m_axis": Out(axi_stream_signature(width)),
+            "s_axis": In(axi_stream_signature(width)).array(ports),
+            "m_axis": Out(axi_stream_signature(width)).array(ports),
             "csr": In(csr_signature()),
         })
 
@@ -144,7 +160,8 @@ class NetReduceSwitch(wiring.Component):
         return {"width": self.width, "workers": self.workers, "jobs": self.jobs, "dtype": self.dtype,
                 "ftz": self.ftz, "mtu": self.mtu, "message_packets": self.message_packets,
                 "message_slots": self.message_slots, "max_frame": self.max_frame,
-                "adder_stages": self.adder_stages}
+                "adder_stages": self.adder_stages, "ports": self.ports,
+                "forwarding_entries": self.forwarding_entries}
 
     def elaborate(self, platform):
         m = Module()
@@ -163,14 +180,29 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.deparser = deparser = RoceDeparser(W)
         m.submodules.slots = slots = SlotMemory(width=W, workers=N, slots=S, packet_beats=Pb, fmt=self.dtype,
                                                 ftz=self.ftz, adder_stages=self.adder_stages)
-        axis_to_frames(m, self.s_axis, parser.i)
-        frames_to_axis(m, deparser.o, self.m_axis)
+        m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports)
+        m.submodules.router = router = FrameRouter(W, self.ports)
+        for p in range(self.ports):
+            axis_to_frames(m, self.s_axis[p], arbiter.i[p])
+            frames_to_axis(m, router.o[p], self.m_axis[p])
+        wiring.connect(m, arbiter.o, parser.i)
+        wiring.connect(m, deparser.o, router.i)
 
         # --- configuration and state ----------------------------------------------------------------------
         def registers(count, shape, name):
             return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
 
         sw_mac, sw_ip = Signal(48), Signal(32)
+        default_port = Signal(range(self.ports))
+        E = self.forwarding_entries
+        fwd_mac, fwd_port = registers(E, 48, "fwd_mac"), registers(E, range(self.ports), "fwd_port")
+        fwd_valid = registers(E, 1, "fwd_valid")
+        # the forwarding table, on the destination MAC in the first six bytes of each frame out
+        destination_mac = Cat(*[deparser.o.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
+        m.d.comb += router.destination.eq(default_port)
+        for e in reversed(range(self.forwarding_entries)):
+            with m.If(fwd_valid[e] & (fwd_mac[e] == destination_mac)):
+                m.d.comb += router.destination.eq(fwd_port[e])
         ctl_port = Signal(16, init=CONTROL_PORT)
         job_valid, job_id = registers(J, 1, "job_valid"), registers(J, 16, "job_id")
         job_n, job_oldest = registers(J, worker_bits + 1, "job_n"), registers(J, 32, "job_oldest")
@@ -214,7 +246,8 @@ class NetReduceSwitch(wiring.Component):
         with m.If(csr.we):
             with m.Switch(csr.addr):
                 for address, target in ((CSR.SWITCH_MAC_LO, sw_mac[:32]), (CSR.SWITCH_MAC_HI, sw_mac[32:]),
-                                        (CSR.SWITCH_IP, sw_ip), (CSR.CONTROL_PORT, ctl_port)):
+                                        (CSR.SWITCH_IP, sw_ip), (CSR.CONTROL_PORT, ctl_port),
+                                        (CSR.DEFAULT_PORT, default_port)):
                     with m.Case(address):
                         m.d.sync += target.eq(csr.wdata)
                 for j in range(J):
@@ -228,6 +261,13 @@ class NetReduceSwitch(wiring.Component):
                     with m.Case(base + CSR.JOB_ENABLE):
                         m.d.sync += job_valid[j].eq(csr.wdata[0])
                         m.d.comb += job_reset[j].eq(1)
+                for e in range(E):
+                    base = CSR.FORWARD_BASE + CSR.FORWARD_STRIDE * e
+                    for offset, target in ((CSR.FORWARD_MAC_LO, fwd_mac[e][:32]),
+                                           (CSR.FORWARD_MAC_HI, fwd_mac[e][32:]),
+                                           (CSR.FORWARD_PORT, fwd_port[e]), (CSR.FORWARD_ENABLE, fwd_valid[e])):
+                        with m.Case(base + offset):
+                            m.d.sync += target.eq(csr.wdata)
                 for c in range(C):
                     base = CSR.CONN_BASE + CSR.CONN_STRIDE * c
                     for offset, target in ((CSR.CONN_REQ_MAC_LO, req_mac[c][:32]),

@@ -22,7 +22,6 @@ for the whole harness.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -35,27 +35,34 @@ def _pattern(probability, seed):
 
 
 class TB:
+    STREAM_PORTS = ("s_axis", "m_axis")      # the prefixes of the AXI-Stream input and output
+
     def __init__(self, dut, params):
         self.dut = dut
         self.params = params
         self.log = logging.getLogger("cocotb.tb")
         self.width = params["width"]
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"),
-                                      dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"),
-                                  dut.clk, dut.rst)
-        seed = params.get("seed", 0)
-        if params.get("idle"):
-            self.source.set_pause_generator(_pattern(params["idle"], seed))
-        if params.get("backpressure"):
-            self.sink.set_pause_generator(_pattern(params["backpressure"], seed + 1))
+        self.source, self.sink = self.stream_port(*self.STREAM_PORTS)
         self.headers = []
         self.verdicts = []
         if hasattr(dut, "m_hdr__data"):
-            self.header_rng = random.Random(seed + 2)
+            self.header_rng = random.Random(params.get("seed", 0) + 2)
             cocotb.start_soon(self._collect_headers())
             cocotb.start_soon(self._collect_verdicts())
+
+    def stream_port(self, source_prefix, sink_prefix, stream=0):
+        """An AXI-Stream source and sink on the ports with these prefixes, with the random idle cycles
+        and backpressure of ``params`` (seeded per ``stream``)."""
+        dut, params = self.dut, self.params
+        source = AxiStreamSource(AxiStreamBus.from_prefix(dut, source_prefix, bus_separator="__"), dut.clk, dut.rst)
+        sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, sink_prefix, bus_separator="__"), dut.clk, dut.rst)
+        seed = params.get("seed", 0) + 10 * stream
+        if params.get("idle"):
+            source.set_pause_generator(_pattern(params["idle"], seed))
+        if params.get("backpressure"):
+            sink.set_pause_generator(_pattern(params["backpressure"], seed + 1))
+        return source, sink
 
     async def _collect_headers(self):
         dut = self.dut

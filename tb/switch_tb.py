@@ -23,11 +23,19 @@ from netreduce.sim.switch_model import COUNTERS
 from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
 
 class TB(StreamTB):
-    """The parser testbench's clock, AXI-Stream source and sink, pauses and reset, plus the control
-    registers."""
+    """The parser testbench's clock, AXI-Stream source and sink, pauses and reset, plus a source and a
+    sink on every further port (``sources[p]``, ``sinks[p]``) and the control registers."""
+
+    STREAM_PORTS = ("s_axis__0", "m_axis__0")
 
     def __init__(self, dut, params):
         super().__init__(dut, params)
+        self.ports = params.get("ports", 1)
+        self.sources, self.sinks = [self.source], [self.sink]
+        for p in range(1, self.ports):
+            source, sink = self.stream_port(f"s_axis__{p}", f"m_axis__{p}", stream=p)
+            self.sources.append(source)
+            self.sinks.append(sink)
         dut.csr__we.value = 0
         dut.csr__addr.value = 0
         dut.csr__wdata.value = 0
@@ -52,6 +60,12 @@ class TB(StreamTB):
         await self.write(CSR.SWITCH_MAC_HI, mac >> 32)
         await self.write(CSR.SWITCH_IP, ip_to_int(config.ip))
         await self.write(CSR.CONTROL_PORT, config.control_port)
+        await self.write(CSR.DEFAULT_PORT, config.default_port)
+        for e, (mac, port) in enumerate(sorted((mac_to_int(mac), port) for mac, port in config.forwarding.items())):
+            base = CSR.FORWARD_BASE + CSR.FORWARD_STRIDE * e
+            for offset, value in ((CSR.FORWARD_MAC_LO, mac), (CSR.FORWARD_MAC_HI, mac >> 32),
+                                  (CSR.FORWARD_PORT, port), (CSR.FORWARD_ENABLE, 1)):
+                await self.write(base + offset, value)
         position = {}
         for j, job in enumerate(config.jobs):
             position[job.job] = j
@@ -71,26 +85,57 @@ class TB(StreamTB):
                                   (CSR.CONN_START_PSN, conn.start_psn), (CSR.CONN_ENABLE, 1)):
                 await self.write(base + offset, value)
 
-    async def receive(self, count, timeout_cycles):
-        return [bytes(frame.tdata) for frame in await super().receive(count, timeout_cycles)]
+    async def receive_ports(self, counts, timeout_cycles):
+        """``counts[p]`` frames (bytes) from each port's sink; fails if they take over ``timeout_cycles``
+        in all."""
+        deadline = get_sim_time("ns") + timeout_cycles * CLOCK_NS
+        got = []
+        for sink, count in zip(self.sinks, counts):
+            self.sink = sink
+            left = max(1, round((deadline - get_sim_time("ns")) / CLOCK_NS))
+            got.append([bytes(frame.tdata) for frame in await super().receive(count, left)])
+        self.sink = self.sinks[0]
+        return got
 
-    async def replay(self, frames, after):
-        """Send ``frames``, each once the switch has sent ``after[i]`` frames: the recorded traffic's own
-        causality (``netreduce.host.network``), so that no ACK overtakes the result it acknowledges."""
-        sent = 0
+    def _frame_ends(self, prefix):
+        """Frames through the AXI-Stream ports ``prefix``__p so far, counted each clock (a list of one
+        counter, read by the caller)."""
+        buses = [(getattr(self.dut, f"{prefix}__{p}__tvalid"), getattr(self.dut, f"{prefix}__{p}__tready"),
+                  getattr(self.dut, f"{prefix}__{p}__tlast")) for p in range(self.ports)]
+        ends = [0]
 
-        async def count_out():
-            nonlocal sent
+        async def count():
             while True:
                 await RisingEdge(self.dut.clk)
-                sent += (self.dut.m_axis__tvalid.value == 1 and self.dut.m_axis__tready.value == 1
-                         and self.dut.m_axis__tlast.value == 1)
-        counter = cocotb.start_soon(count_out())
-        for frame, needed in zip(frames, after):
-            while sent < needed:
+                ends[0] += sum(v.value == 1 and r.value == 1 and t.value == 1 for v, r, t in buses)
+        return ends, cocotb.start_soon(count())
+
+    async def replay(self, inputs, after):
+        """Send ``inputs`` ((port, frame) pairs), each once the switch has sent ``after[i]`` frames: the
+        recorded traffic's own causality (``netreduce.host.network``), so that no ACK overtakes the
+        result it acknowledges. Frames on several ports also wait each until the one before it is in,
+        so that the switch takes them in the model's order."""
+        sent, sent_task = self._frame_ends("m_axis")
+        taken, taken_task = self._frame_ends("s_axis")
+        one_by_one = len({port for port, _ in inputs}) > 1
+        for index, ((port, frame), needed) in enumerate(zip(inputs, after)):
+            while sent[0] < needed or (one_by_one and taken[0] < index):
                 await RisingEdge(self.dut.clk)
-            await self.source.send(AxiStreamFrame(frame))
-        counter.cancel()
+            await self.sources[port].send(AxiStreamFrame(frame))
+        sent_task.cancel()
+        taken_task.cancel()
+
+    async def replay_and_check(self, scenario):
+        """Replay a recorded scenario; every frame out of every port equal to the model's. Returns the
+        frames in, and the frames out of port 0."""
+        expected = [[frame for produced in scenario["outputs"] for port, frame in produced if port == p]
+                    for p in range(self.ports)]
+        cocotb.start_soon(self.replay(scenario["inputs"], scenario["after"]))
+        cycles = 2000 + 4 * sum(len(f) for _, f in scenario["inputs"]) + 4 * sum(map(len, sum(expected, [])))
+        got = await self.receive_ports([len(e) for e in expected], cycles)
+        for p in range(self.ports):
+            check_frames(got[p], expected[p])
+        return got
 
 
 def check_frames(got, expected):
@@ -110,20 +155,17 @@ async def scenario_against_model(dut):
     tb = TB(dut, params)
     await tb.reset()
     await tb.configure(scenario["config"], params["workers"])   # the build's N
-    frames = [frame for _, frame in scenario["inputs"]]
-    expected = [frame for produced in scenario["outputs"] for _, frame in produced]
-    cocotb.start_soon(tb.replay(frames, scenario["after"]))
-    cycles = 2000 + 4 * sum(len(f) for f in frames + expected)
-    got = await tb.receive(len(expected), timeout_cycles=cycles)
+    got = await tb.replay_and_check(scenario)
     for _ in range(200):                    # nothing more may come out
         await RisingEdge(dut.clk)
-    assert tb.sink.empty(), f"{tb.sink.count()} frames more than the model sent"
-    check_frames(got, expected)
+    for p, sink in enumerate(tb.sinks):
+        assert sink.empty(), f"port {p}: {sink.count()} frames more than the model sent"
     counts = {name: await tb.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)}
     differ = {name: (counts[name], scenario["counters"][name]) for name in COUNTERS
               if counts[name] != scenario["counters"][name]}
     assert not differ, f"counters (rtl, model): {differ}"
-    tb.log.info("%d frames in, %d out, all equal to the model's; counters equal", len(frames), len(expected))
+    tb.log.info("%d frames in, %s out (by port), all equal to the model's; counters equal",
+                len(scenario["inputs"]), [len(g) for g in got])
 
 
 @cocotb.test()
@@ -144,7 +186,6 @@ async def measure(dut):
     await tb.reset()
     await tb.configure(scenario["config"], params["workers"])
     frames = [frame for _, frame in scenario["inputs"]]
-    expected = [frame for produced in scenario["outputs"] for _, frame in produced]
     cycle = 0
     ins, outs, in_last, out_first = [], [], [], []
     starting = True
@@ -155,23 +196,21 @@ async def measure(dut):
         while True:
             await RisingEdge(dut.clk)
             cycle += 1
-            if dut.s_axis__tvalid.value == 1 and dut.s_axis__tready.value == 0:
+            if dut.s_axis__0__tvalid.value == 1 and dut.s_axis__0__tready.value == 0:
                 refused.append(cycle)
-            if dut.s_axis__tvalid.value == 1 and dut.s_axis__tready.value == 1:
+            if dut.s_axis__0__tvalid.value == 1 and dut.s_axis__0__tready.value == 1:
                 ins.append(cycle)
-                if dut.s_axis__tlast.value == 1:
+                if dut.s_axis__0__tlast.value == 1:
                     in_last.append(cycle)
-            if dut.m_axis__tvalid.value == 1 and dut.m_axis__tready.value == 1:
+            if dut.m_axis__0__tvalid.value == 1 and dut.m_axis__0__tready.value == 1:
                 if starting:
                     out_first.append(cycle)
                 outs.append(cycle)
-                starting = dut.m_axis__tlast.value == 1
+                starting = dut.m_axis__0__tlast.value == 1
     cocotb.start_soon(observe())
     wall = time.perf_counter()
-    cocotb.start_soon(tb.replay(frames, scenario["after"]))
-    got = await tb.receive(len(expected), timeout_cycles=2000 + 4 * sum(len(f) for f in frames + expected))
+    await tb.replay_and_check(scenario)
     wall = time.perf_counter() - wall
-    check_frames(got, expected)
     # latency: from the last beat of each frame that completed a slot to the first beat of its first result
     latencies, position = [], 0
     for index, produced in enumerate(scenario["outputs"]):
@@ -182,7 +221,7 @@ async def measure(dut):
     offered = next((i for i, needed in enumerate(scenario["after"]) if needed), len(frames))
     offered_beats = sum(-(-len(frame) // (params["width"] // 8)) for frame in frames[:offered])
     result = {
-        "frames_in": len(frames), "frames_out": len(expected),
+        "frames_in": len(frames), "frames_out": len(out_first),
         "input_beats": len(ins), "output_beats": len(outs),
         "offered_frames": offered,
         "input_beats_per_clock": round(offered_beats / (in_last[offered - 1] - ins[0] + 1), 4),
@@ -192,7 +231,7 @@ async def measure(dut):
         "result_latency_clocks": {"min": latencies[0], "median": latencies[len(latencies) // 2],
                                   "max": latencies[-1]} if latencies else None,
         "simulated_clocks": cycle, "wall_seconds": round(wall, 2),
-        "frames_per_second": round((len(frames) + len(expected)) / wall),
+        "frames_per_second": round((len(frames) + len(out_first)) / wall),
     }
     with open(params["out"], "w") as out:
         json.dump(result, out)
@@ -200,7 +239,8 @@ async def measure(dut):
 
 class RtlEngine:
     """The generated Verilog as the switch of a ``netreduce.host.network.Network``: frames the network
-    hands over wait in ``pending`` for the AXI-Stream source; the testbench hands back what comes out."""
+    hands over wait in ``pending`` (with their port) for the port's AXI-Stream source; the testbench
+    hands back what comes out of each port."""
 
     name = "rtl"
 
@@ -211,7 +251,7 @@ class RtlEngine:
         self.counters = {}
 
     def inject(self, port, frame, now, after=0):
-        self.pending.append(frame)
+        self.pending.append((port, frame))
 
 
 @cocotb.test()
@@ -237,7 +277,7 @@ async def closed_loop(dut):
         workers=params["job_workers"], nbytes=params["bytes"], mtu=params["mtu"], dtype=params["dtype"],
         jobs=params["job_count"], message_packets=params["message_packets"],
         message_slots=params["message_slots"], seed=params.get("seed", 0), inputs=inputs, faults_up=spec,
-        faults_down=spec, width=params["width"], engine=RtlEngine)
+        faults_down=spec, width=params["width"], ports=params["ports"], engine=RtlEngine)
     engine = network.engine
     tb = TB(dut, params)
     await tb.reset()
@@ -250,18 +290,20 @@ async def closed_loop(dut):
     async def feed():
         while True:
             while engine.pending:
-                await tb.source.send(AxiStreamFrame(engine.pending.popleft()))
+                port, frame = engine.pending.popleft()
+                await tb.sources[port].send(AxiStreamFrame(frame))
             await RisingEdge(dut.clk)
 
-    async def collect():
+    async def collect(port):
         while True:
-            frame = await tb.sink.recv()
+            frame = await tb.sinks[port].recv()
             network.advance(now())
-            network.from_switch(0, bytes(frame.tdata))
+            network.from_switch(port, bytes(frame.tdata))
 
     network.start()
     cocotb.start_soon(feed())
-    cocotb.start_soon(collect())
+    for port in range(tb.ports):
+        cocotb.start_soon(collect(port))
     limit = params.get("time_limit_ns", 10**9)
     while network.advance(now()) is None:
         if now() > limit:

@@ -1,7 +1,14 @@
 """Suite-wide pytest hooks."""
 
 
+def _expected_minutes(item):
+    marker = item.get_closest_marker("slow")
+    return 0 if marker is None else marker.kwargs.get("minutes", 1)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Long simulations (marked ``slow``) first: pytest-xdist hands tests out in collection order, so the
-    long builds start at once and overlap the many short tests instead of trailing them."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The longest tests first: ``slow(minutes=m)`` marks a test that takes about ``m`` minutes on one
+    core. pytest-xdist, scheduling one test at a time (``--maxschedchunk=1`` in pyproject.toml), then
+    hands them out longest first, so the long builds overlap the many short tests instead of trailing
+    them on one worker."""
+    items.sort(key=_expected_minutes, reverse=True)

@@ -104,13 +104,17 @@ def test_parse_pcap_rtl_on_icarus_matches_model():
 @pytest.mark.parametrize("width", [64, 512])
 def test_generate_writes_verilog_and_manifest(tmp_path, width):
     out = tmp_path / "gen"
-    netreduce("generate", "--width", str(width), "--out", str(out), "--workers", "2", "--jobs", "1")
+    netreduce("generate", "--width", str(width), "--out", str(out), "--workers", "2", "--jobs", "1",
+              "--ports", "2")
     verilog = (out / "netreduce_top.v").read_text()
     assert "module netreduce_top" in verilog
     manifest = json.loads((out / "netreduce_top.json").read_text())
     ports = {port["name"]: port for port in manifest["ports"]}
-    assert ports["s_axis__tdata"] == {"name": "s_axis__tdata", "direction": "input", "width": width}
-    assert ports["m_axis__tkeep"]["width"] == width // 8 and ports["m_axis__tready"]["direction"] == "input"
+    for p in (0, 1):
+        assert ports[f"s_axis__{p}__tdata"] == {"name": f"s_axis__{p}__tdata", "direction": "input", "width": width}
+        assert ports[f"m_axis__{p}__tkeep"]["width"] == width // 8
+        assert ports[f"m_axis__{p}__tready"]["direction"] == "input"
+    assert "s_axis__2__tdata" not in ports
     assert ports["csr__rdata"]["direction"] == "output" and ports["csr__addr"]["width"] == 12
     assert manifest["parameters"]["workers"] == 2 and manifest["parameters"]["width"] == width
     for name in ports:

@@ -66,7 +66,7 @@ def test_input_file_round_trip(tmp_path):
     (["--workers", "0", "--bytes", "8"], "at least 1"),
     (["--workers", "2", "--bytes", "8", "--loss", "2"], "probability"),
     (["--workers", "2", "--input", "missing.npz"], "no such file"),
-    (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--ports", "2"], "one port"),
+    (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--ports", "5"], "ports must be"),
     (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--message-slots", "3"], "power of two"),
 ])
 def test_user_errors_are_one_line(args, message):

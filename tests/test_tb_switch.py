@@ -2,9 +2,11 @@
 both sides of the switch), replayed into the generated Verilog of NetReduceSwitch, and compared frame for
 frame, byte for byte and counter for counter.
 
-Four builds keep the suite short: binary32 at 64 bits (8 workers, 2 jobs) and at 512 bits (4 workers,
-2 jobs), and bfloat16 and binary16 at 64 bits; every build has room for a 4096-byte MTU, and each job's
-MTU is a control register.
+Four builds keep the suite short: binary32 at 64 bits (8 workers, 2 jobs, 2 ports) and at 512 bits
+(4 workers, 2 jobs, 1 port), and bfloat16 and binary16 at 64 bits (1 port); every build has room for a
+4096-byte MTU, and each job's MTU is a control register. The 2-port build also runs the one-port
+scenarios (everything on port 0), and the closed loop on two ports, where both ports carry traffic at
+once.
 """
 
 import json
@@ -15,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(minutes=3)
 
 from netreduce.host.faults import FaultSpec
 from netreduce.host.network import ModelEngine, build_allreduce
@@ -27,7 +29,7 @@ from netreduce.sim.runner import run_cocotb
 
 FAULTS = FaultSpec(loss=0.03, duplicate=0.03, reorder=0.03, corrupt=0.03)
 BUILDS = {
-    "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32"),
+    "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32", ports=2),
     "fp32x512": dict(width=512, workers=4, jobs=2, dtype="fp32"),
     "bf16x64": dict(width=64, workers=4, jobs=1, dtype="bf16"),
     "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16"),
@@ -94,6 +96,17 @@ def test_credit_violation_spoofing_and_credit_requests_64(tmp_path):
     replay(tmp_path, scenario, "fp32x64", idle=0.05, seed=3)
 
 
+def test_two_ports_faults_64(tmp_path):
+    """Hosts on two ports: contributions, results, ACKs and credits cross between them."""
+    scenario = record(workers=4, jobs=2, ports=2, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
+                      seed=8)
+    assert scenario["status"] == "done"
+    ports_in = {port for port, _ in scenario["inputs"]}
+    ports_out = {port for produced in scenario["outputs"] for port, _ in produced}
+    assert ports_in == ports_out == {0, 1}
+    replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=8)
+
+
 def test_faults_512(tmp_path):
     scenario = record(workers=3, jobs=2, nbytes=8000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
                       start_psn=(1 << 24) - 10, seed=4, width=512)
@@ -118,10 +131,11 @@ def test_16_bit_formats_64(tmp_path, dtype):
 
 def test_simulate_closed_loop_on_the_rtl(tmp_path):
     """`netreduce simulate --engine rtl`: the emulated workers around the running Verilog (the fp32x64
-    build: 8 workers, 2 jobs, MTU room 4096), with faults on both sides."""
+    build: 8 workers, 2 jobs, 2 ports, MTU room 4096), with faults on both sides; the hosts on both ports
+    send at once, so the port arbiter takes frames from both."""
     dump = tmp_path / "out.npz"
     result = subprocess.run([sys.executable, "-m", "netreduce", "simulate", "--engine", "rtl", "--workers", "8",
-                             "--jobs", "2", "--mtu", "4096", "--bytes", "6000", "--loss", "0.03", "--dup", "0.03",
+                             "--jobs", "2", "--ports", "2", "--mtu", "4096", "--bytes", "6000", "--loss", "0.03", "--dup", "0.03",
                              "--reorder", "0.03", "--seed", "7", "--dump", str(dump)],
                             capture_output=True, text=True, timeout=3000)
     assert result.returncode == 0, result.stderr[-3000:]

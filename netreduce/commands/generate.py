@@ -28,6 +28,9 @@ def register(subparsers):
     parser.add_argument("--max-frame", type=int, default=9216, metavar="BYTES",
                         help="longest frame that can go on (default 9216, jumbo)")
     parser.add_argument("--adder-stages", type=int, default=5, metavar="S", help="pipeline depth of each adder")
+    parser.add_argument("--ports", type=int, default=1, metavar="P", help="Ethernet ports, 1 to 4 (default 1)")
+    parser.add_argument("--forwarding-entries", type=int, default=16, metavar="E",
+                        help="entries of the MAC forwarding table (default 16)")
     parser.set_defaults(func=run)
 
 
@@ -57,7 +60,8 @@ def run(args):
         top = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
                               ftz=args.ftz, mtu=args.mtu, message_packets=args.message_packets,
                               message_slots=args.message_slots, max_frame=args.max_frame,
-                              adder_stages=args.adder_stages)
+                              adder_stages=args.adder_stages, ports=args.ports,
+                              forwarding_entries=args.forwarding_entries)
     except ValueError as error:
         raise UserError(str(error)) from None
     verilog_path = out / f"{TOP_NAME}.v"

@@ -186,12 +186,10 @@ def _run_rtl(args, nbytes, inputs):
 
     from ..hw.switch import NetReduceSwitch
     from ..sim.runner import SimulationError, run_cocotb
-    if args.ports != 1:
-        raise UserError("the RTL switch has one port: use --ports 1 with --engine rtl")
     try:
         switch = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
                                  mtu=args.mtu, message_packets=args.message_packets,
-                                 message_slots=args.message_slots)
+                                 message_slots=args.message_slots, ports=args.ports)
     except ValueError as error:
         raise UserError(str(error)) from None
     print("netreduce: simulating the generated Verilog (the first build of a configuration takes minutes)",

@@ -1,0 +1,90 @@
+"""Several Ethernet ports on one frame pipeline: a frame arbiter in front, a frame router behind.
+
+``FrameArbiter(width, ports)``: ``i[p]`` (``ports`` frame streams, ``hw.stream.FrameBeat``) into one
+``o``, a whole frame at a time: a port that holds the stream keeps it until its frame's ``last`` beat;
+between frames the next port with a valid beat is taken, round robin from the port after the last
+one served, so that no port starves. The chosen port's beat goes through in the same clock (no added
+latency, one beat per clock); ``port`` shows the port of the beat on ``o``.
+
+``FrameRouter(width, ports)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's first
+beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of the
+frame follows. One beat per clock; a port that is not ready holds the stream (the frames behind wait).
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .stream import frame_stream
+
+__all__ = ["FrameArbiter", "FrameRouter", "MAX_PORTS"]
+
+MAX_PORTS = 4
+
+
+def _check_ports(ports):
+    if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
+        raise ValueError(f"ports must be an integer from 1 to {MAX_PORTS}, not {ports!r}")
+    return ports
+
+
+class FrameArbiter(wiring.Component):
+    def __init__(self, width, ports):
+        self.width, self.ports = width, _check_ports(ports)
+        super().__init__({
+            "i": In(frame_stream(width)).array(ports),
+            "o": Out(frame_stream(width)),
+            "port": Out(range(ports)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        holding = Signal()                  # inside a frame: its port keeps the stream
+        owner = Signal(range(P))            # the port of that frame
+        after = Signal(range(P))            # round robin: search from the port after the last one served
+        chosen = Signal(range(P))
+        m.d.comb += chosen.eq(owner)
+        with m.If(~holding):
+            # the first port with a valid beat in the order after, after+1, ... (later matches win)
+            for offset in reversed(range(P)):
+                for start in range(P):
+                    with m.If((after == start) & self.i[(start + offset) % P].valid):
+                        m.d.comb += chosen.eq((start + offset) % P)
+        for p in range(P):
+            with m.If(chosen == p):
+                m.d.comb += [self.o.valid.eq(self.i[p].valid), self.o.payload.eq(self.i[p].payload),
+                             self.i[p].ready.eq(self.o.ready)]
+        m.d.comb += self.port.eq(chosen)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += [holding.eq(~self.o.payload.last), owner.eq(chosen)]
+            with m.If(self.o.payload.last):
+                m.d.sync += after.eq(Mux(chosen == P - 1, 0, chosen + 1))
+        return m
+
+
+class FrameRouter(wiring.Component):
+    def __init__(self, width, ports):
+        self.width, self.ports = width, _check_ports(ports)
+        super().__init__({
+            "i": In(frame_stream(width)),
+            "o": Out(frame_stream(width)).array(ports),
+            "destination": In(range(ports)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        inside = Signal()                   # past the first beat of a frame
+        route = Signal(range(P))            # the port of that frame
+        port = Signal(range(P))
+        m.d.comb += port.eq(route)
+        with m.If(~inside):
+            m.d.comb += port.eq(self.destination)
+        for p in range(P):
+            m.d.comb += self.o[p].payload.eq(self.i.payload)
+            with m.If(port == p):
+                m.d.comb += [self.o[p].valid.eq(self.i.valid), self.i.ready.eq(self.o[p].ready)]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [inside.eq(~self.i.payload.last), route.eq(port)]
+        return m
