@@ -339,6 +339,9 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
         data = np.asarray(inputs[job.job], dtype=element)
         if data.shape[0] != workers:
             raise ValueError(f"job {job.job}: {data.shape[0]} input tensors for {workers} workers")
+        if data.shape[1] != elements:
+            raise ValueError(f"job {job.job}: input tensors of {data.shape[1]} elements for nbytes={nbytes} "
+                             f"({elements} elements)")
         for w in range(workers):
             host = network.hosts[w]
             rq, rs_out = by_plan[(job.job, w)]

@@ -17,12 +17,12 @@ from amaranth.lib.wiring import In, Out
 
 from .stream import frame_stream
 
-__all__ = ["FrameArbiter", "FrameRouter", "MAX_PORTS"]
+__all__ = ["FrameArbiter", "FrameRouter", "MAX_PORTS", "check_ports"]
 
 MAX_PORTS = 4
 
 
-def _check_ports(ports):
+def check_ports(ports):
     if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
         raise ValueError(f"ports must be an integer from 1 to {MAX_PORTS}, not {ports!r}")
     return ports
@@ -30,7 +30,7 @@ def _check_ports(ports):
 
 class FrameArbiter(wiring.Component):
     def __init__(self, width, ports):
-        self.width, self.ports = width, _check_ports(ports)
+        self.width, self.ports = width, check_ports(ports)
         super().__init__({
             "i": In(frame_stream(width)).array(ports),
             "o": Out(frame_stream(width)),
@@ -65,7 +65,7 @@ class FrameArbiter(wiring.Component):
 
 class FrameRouter(wiring.Component):
     def __init__(self, width, ports):
-        self.width, self.ports = width, _check_ports(ports)
+        self.width, self.ports = width, check_ports(ports)
         super().__init__({
             "i": In(frame_stream(width)),
             "o": Out(frame_stream(width)).array(ports),

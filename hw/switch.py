@@ -57,7 +57,7 @@ from ..wire import (AGG_MAGIC, AGG_VERSION, CONTROL_MAGIC, CONTROL_PORT, CONTROL
                     ETH_MIN_FRAME, ETHERTYPE_IPV4, ControlType)
 from .deparser import RoceDeparser
 from .parser import RoceParser
-from .ports import FrameArbiter, FrameRouter, _check_ports
+from .ports import FrameArbiter, FrameRouter, check_ports
 from .slots import SlotMemory
 from .stream import ParsedHeader, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
 
@@ -141,7 +141,7 @@ class NetReduceSwitch(wiring.Component):
         self.width, self.workers, self.jobs, self.dtype, self.ftz = width, workers, jobs, dtype, ftz
         self.mtu, self.message_packets, self.message_slots = mtu, message_packets, message_slots
         self.max_frame, self.adder_stages = max_frame, adder_stages
-        self.ports = _check_ports(ports)
+        self.ports = check_ports(ports)
         if not isinstance(forwarding_entries, int) or not 1 <= forwarding_entries <= 64:
             raise ValueError(f"forwarding_entries must be an integer from 1 to 64, not {forwarding_entries!r}")
         self.forwarding_entries = forwarding_entries

@@ -102,15 +102,18 @@ class TB:
         for frame in frames:
             await self.source.send(AxiStreamFrame(frame))
 
-    async def receive(self, count, timeout_cycles):
-        """``count`` frames from the sink; fails (never hangs) if they take over ``timeout_cycles``."""
+    async def receive(self, count, timeout_cycles, sink=None):
+        """``count`` frames from the sink (``self.sink`` unless given); fails (never hangs) if they take
+        over ``timeout_cycles``."""
+        sink = self.sink if sink is None else sink
+
         async def all_frames():
-            return [await self.sink.recv() for _ in range(count)]
+            return [await sink.recv() for _ in range(count)]
         try:
             return await with_timeout(all_frames(), round(timeout_cycles * CLOCK_NS * 1000), "ps")
         except SimTimeoutError:
             raise AssertionError(f"fewer than {count} frames came out within {timeout_cycles} cycles; "
-                                 f"{self.sink.count()} waiting") from None
+                                 f"{sink.count()} waiting") from None
 
 
 def header_dict(value):

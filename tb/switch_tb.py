@@ -61,6 +61,7 @@ class TB(StreamTB):
         await self.write(CSR.SWITCH_IP, ip_to_int(config.ip))
         await self.write(CSR.CONTROL_PORT, config.control_port)
         await self.write(CSR.DEFAULT_PORT, config.default_port)
+        assert len(config.forwarding) <= self.params["forwarding_entries"], "more MACs than forwarding entries"
         for e, (mac, port) in enumerate(sorted((mac_to_int(mac), port) for mac, port in config.forwarding.items())):
             base = CSR.FORWARD_BASE + CSR.FORWARD_STRIDE * e
             for offset, value in ((CSR.FORWARD_MAC_LO, mac), (CSR.FORWARD_MAC_HI, mac >> 32),
@@ -91,10 +92,8 @@ class TB(StreamTB):
         deadline = get_sim_time("ns") + timeout_cycles * CLOCK_NS
         got = []
         for sink, count in zip(self.sinks, counts):
-            self.sink = sink
             left = max(1, round((deadline - get_sim_time("ns")) / CLOCK_NS))
-            got.append([bytes(frame.tdata) for frame in await super().receive(count, left)])
-        self.sink = self.sinks[0]
+            got.append([bytes(frame.tdata) for frame in await self.receive(count, left, sink)])
         return got
 
     def _frame_ends(self, prefix):
@@ -127,7 +126,7 @@ class TB(StreamTB):
 
     async def replay_and_check(self, scenario):
         """Replay a recorded scenario; every frame out of every port equal to the model's. Returns the
-        frames in, and the frames out of port 0."""
+        frames out, a list per port."""
         expected = [[frame for produced in scenario["outputs"] for port, frame in produced if port == p]
                     for p in range(self.ports)]
         cocotb.start_soon(self.replay(scenario["inputs"], scenario["after"]))
