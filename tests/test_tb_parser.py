@@ -56,6 +56,7 @@ def test_captures(tmp_path, top, width, simulator):
                backpressure=0.3, seed=width)
 
 
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
 def test_line_rate_on_captures(tmp_path, top, width):
@@ -63,6 +64,7 @@ def test_line_rate_on_captures(tmp_path, top, width):
     run_frames(tmp_path, all_capture_frames(), top=top, width=width, testcase="line_rate")
 
 
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
 @settings(max_examples=3, deadline=None, database=None,
