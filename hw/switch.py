@@ -127,7 +127,8 @@ class NetReduceSwitch(wiring.Component):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
         for name, value, low, high in (("workers", workers, 1, 16), ("jobs", jobs, 1, 16),
                                        ("message_packets", message_packets, 1, 64),
-                                       ("message_slots", message_slots, 1, 64)):
+                                       ("message_slots", message_slots, 1, 64),
+                                       ("forwarding_entries", forwarding_entries, 1, 64)):
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer from {low} to {high}, not {value!r}")
         if message_slots & (message_slots - 1):
@@ -142,8 +143,6 @@ class NetReduceSwitch(wiring.Component):
         self.mtu, self.message_packets, self.message_slots = mtu, message_packets, message_slots
         self.max_frame, self.adder_stages = max_frame, adder_stages
         self.ports = check_ports(ports)
-        if not isinstance(forwarding_entries, int) or not 1 <= forwarding_entries <= 64:
-            raise ValueError(f"forwarding_entries must be an integer from 1 to 64, not {forwarding_entries!r}")
         self.forwarding_entries = forwarding_entries
         self.beat_bytes = width // 8
         self.packet_beats = -(-mtu // self.beat_bytes)
