@@ -10,9 +10,11 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 2. *monitor*, one frame at a time: ``IDLE`` takes the header, ``LOOKUP`` plans the frame from the header
    and the connection state (registered), ``STREAM`` takes the payload at one beat per clock into the
    packet ring (frames that go on) or into the worker's bank of the slot memory (contributions), and
-   keeps its first 64 bytes; ``COMMIT`` decides with the verdicts, the aggregation header or control
-   request in those bytes, and applies the outcome: counters, state, bitmap, header store, descriptors,
-   sum request. ``RELEASE`` (after an ACK) frees the job's delivered messages and queues their credits.
+   keeps its first 64 bytes. The last beat commits in its own clock: the outcome, from the verdicts and
+   the aggregation header or control request (the beat on the parser's output with what was kept),
+   applied to counters, state, bitmap, header store, descriptors and sum request; the next header is
+   taken in the same clock. ``RELEASE`` (after an ACK that makes the oldest message releasable) frees
+   the job's delivered messages and queues their credits.
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
    only where the worker's bit is clear.
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
@@ -24,9 +26,9 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    for its destination MAC (the default port for any other MAC).
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
-Throughput: one payload beat per clock within a frame, plus two clocks per frame in the monitor
-(``LOOKUP``, ``COMMIT``, which takes the next header too) and some per frame in the emitter (docs:
-"Open items").
+Throughput: one payload beat per clock within a frame, plus one clock per frame in the monitor
+(``LOOKUP``); in the emitter, two clocks before the first result frame of a slot, the others following
+without a gap (docs: "Open items").
 
 Control registers (``csr``: ``addr`` is a word address; ``wdata`` and ``we`` write; ``rdata`` shows
 the counter at ``addr`` the clock after):
@@ -416,16 +418,24 @@ class NetReduceSwitch(wiring.Component):
         stream_bytes = Signal(16)
         oversize = Signal()
         window = Signal(8 * _WINDOW_BYTES)
-        verdict = Signal(3)
         write = slots.write[0]
         m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
                      write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
+        # the frame so far with the beat on the parser's output: what the commit sees on the last beat
+        verdict, stream_total, too_long = Signal(3), Signal(16), Signal()
+        window_now = Signal(8 * _WINDOW_BYTES)
+        m.d.comb += [verdict.eq(beat.verdict.as_value()),
+                     stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))),
+                     too_long.eq(stream_total > self.max_frame), window_now.eq(window)]
+        for wb in range(max(1, _WINDOW_BYTES // B)):
+            with m.If(beat_index == wb):
+                m.d.comb += window_now[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
 
         # --- monitor: the outcome at the commit ------------------------------------------------------------------
         def window_byte(i):
-            return window[8 * i:8 * i + 8]
+            return window_now[8 * i:8 * i + 8]
 
-        agg_ok = ((stream_bytes >= 16)
+        agg_ok = ((stream_total >= 16)
                   & (_big_endian(window_byte, 0, 2) == AGG_MAGIC) & (_big_endian(window_byte, 2, 1) == AGG_VERSION)
                   & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
                   & (_big_endian(window_byte, 4, 2) == job_id[plan.job])
@@ -437,7 +447,7 @@ class NetReduceSwitch(wiring.Component):
             at = 42 + 4 * vlan
             with m.If(h.vlan_valid == vlan):
                 m.d.comb += [
-                    request_ok.eq((stream_bytes >= at + 12)
+                    request_ok.eq((stream_total >= at + 12)
                                   & (_big_endian(window_byte, at, 2) == CONTROL_MAGIC)
                                   & (_big_endian(window_byte, at + 2, 1) == CONTROL_VERSION)
                                   & (_big_endian(window_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)),
@@ -454,7 +464,7 @@ class NetReduceSwitch(wiring.Component):
                          & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        dup_length_ok = (length == pk_len[plan.dup_slot]) & (stream_bytes == pk_len[plan.dup_slot])
+        dup_length_ok = (length == pk_len[plan.dup_slot]) & (stream_total == pk_len[plan.dup_slot])
         Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT")
         outcome = Signal(range(len(Outcome)))
         drop_reason = Signal(range(len(COUNTERS)))
@@ -471,7 +481,7 @@ class NetReduceSwitch(wiring.Component):
             m.d.comb += decide("DROP", "drop_bad_icrc")
             with m.If(verdict[0]):
                 m.d.comb += drop_reason.eq(R["drop_bad_checksum"])
-        with m.Elif(oversize):
+        with m.Elif(oversize | too_long):
             m.d.comb += decide("DROP", "drop_oversize")
         with m.Elif(plan.control):
             with m.If(request_valid):
@@ -502,7 +512,7 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += decide("DROP", "drop_bad_header")
             with m.Elif(~plan.credit_ok):
                 m.d.comb += decide("DROP", "drop_no_credit")
-            with m.Elif(~plan.length_ok | (stream_bytes != length)):
+            with m.Elif(~plan.length_ok | (stream_total != length)):
                 m.d.comb += decide("DROP", "drop_bad_length")
             with m.Else():
                 m.d.comb += decide("CONTRIBUTE", "aggregated")
@@ -518,7 +528,18 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
-        release_job = Signal(job_bits)
+        # an ACK: the PSN it delivers through, and whether that advances its connection
+        through, advance = Signal(PSN_BITS), Signal()
+        syndrome = h.aeth_syndrome
+        m.d.comb += [
+            through.eq(Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)),
+            advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
+                       & ~_not_behind(delivered[plan.conn], through)
+                       & _not_behind(expected[plan.conn] - 1, through)),
+        ]
+        # the oldest message of the ACK's job is releasable (with the ACK's own advance already counted,
+        # so that the commit of an ACK that releases nothing goes straight on to the next frame)
+        release_job = plan.job
         oldest = job_oldest[release_job]
         oldest_k = oldest[:k_bits]
         oldest_message = release_job * K + oldest_k
@@ -526,9 +547,17 @@ class NetReduceSwitch(wiring.Component):
                       & (msg_unsent[oldest_message] == 0))
         for w in range(N):
             entry = oldest_message * N + w
-            done = wk_closed[entry] & _not_behind(delivered[release_job * N + w],
-                                                  wk_first[entry] + wk_count[entry] - 1)
+            acked = Mux(advance & (plan.worker == w), through, delivered[release_job * N + w])
+            done = wk_closed[entry] & _not_behind(acked, wk_first[entry] + wk_count[entry] - 1)
             releasable &= (Const(w) >= job_n[release_job]) | done
+
+        # only what this outcome queues needs room: a contribution that does not fill its slot
+        # and a drop go through whatever the emitter is busy with
+        needs_header = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK", "DUPLICATE")]).any()
+        completes = (outcome == O["CONTRIBUTE"]) & full
+        needs_descriptor = needs_header | completes | (outcome == O["CREDIT"])
+        room = ((descriptors.w_rdy | ~needs_descriptor) & (headers.w_rdy | ~needs_header)
+                & (sum_requests.w_rdy | ~completes))
 
         with m.FSM(name="monitor"):
             def take_header():
@@ -545,17 +574,14 @@ class NetReduceSwitch(wiring.Component):
                 m.d.sync += plan.eq(look)
                 m.next = "STREAM"
             with m.State("STREAM"):
-                m.d.comb += parser.o.ready.eq(~forwarding | oversize | ring_free)
+                # the last beat is taken only when what its outcome queues has room, and commits
+                m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room))
                 with m.If(parser.o.valid & parser.o.ready):
-                    total = stream_bytes + sum(beat.keep[i] for i in range(B))
-                    too_long = total > self.max_frame
-                    m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(total)]
+                    m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now)]
                     with m.If(too_long):
                         m.d.sync += oversize.eq(1)
-                    for wb in range(max(1, _WINDOW_BYTES // B)):
-                        with m.If(beat_index == wb):
-                            m.d.sync += window[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
-                    with m.If(forwarding & ~oversize & ~too_long):
+                    ring_written = forwarding & ~oversize & ~too_long
+                    with m.If(ring_written):
                         m.d.comb += [ring_w.en.eq(1), ring_w.addr.eq(ring_cursor[:ring_bits]),
                                      ring_w.data.data.eq(beat.data), ring_w.data.keep.eq(beat.keep),
                                      ring_w.data.last.eq(beat.last),
@@ -563,94 +589,75 @@ class NetReduceSwitch(wiring.Component):
                         m.d.sync += ring_cursor.eq(ring_cursor + 1)
                     m.d.comb += write.valid.eq(contributing & (beat_index < Pb))
                     with m.If(beat.last):
-                        m.d.sync += verdict.eq(beat.verdict.as_value())
-                        m.next = "COMMIT"
-            with m.State("COMMIT"):
-                # only what this outcome queues needs room: a contribution that does not fill its slot
-                # and a drop go through whatever the emitter is busy with
-                needs_header = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK", "DUPLICATE")]).any()
-                completes = (outcome == O["CONTRIBUTE"]) & full
-                needs_descriptor = needs_header | completes | (outcome == O["CREDIT"])
-                room = ((descriptors.w_rdy | ~needs_descriptor) & (headers.w_rdy | ~needs_header)
-                        & (sum_requests.w_rdy | ~completes))
-                with m.If(room):
-                    m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
-                    counter_array = Array(counters[name] for name in COUNTERS)
-                    m.d.sync += counter_array[drop_reason].eq(counter_array[drop_reason] + 1)
-                    goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
-                    with m.If(goes_on):
-                        m.d.sync += ring_committed.eq(ring_cursor)
-                        shifted = Signal(ParsedHeader)
-                        m.d.comb += [shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT)]
-                        m.d.comb += [headers.w_en.eq(1),
-                                     headers.w_data.eq(Mux(outcome == O["FORWARD_GAP"], shifted, h)),
-                                     new_descriptor.kind.eq(FORWARD), descriptors.w_en.eq(1)]
-                    with m.Else():
-                        m.d.sync += ring_cursor.eq(ring_committed)
-                    with m.If(outcome == O["DUPLICATE"]):
-                        m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
-                                     new_descriptor.kind.eq(DUPLICATE),
-                                     new_descriptor.rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot)),
-                                     new_descriptor.index0.eq(plan.dup_index0),
-                                     new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                                     new_descriptor.own.eq(window[:8 * _OWN_BYTES])]
-                    with m.If(outcome == O["CREDIT"]):
-                        m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
-                                     new_descriptor.job.eq(request_j), new_descriptor.worker.eq(request_worker),
-                                     new_descriptor.all.eq(0), new_descriptor.workers.eq(job_n[request_j]),
-                                     new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
-                        count("credits_sent")
-                    with m.If(outcome == O["ACK"]):
-                        count("acks_seen")
-                        through = Signal(PSN_BITS)
-                        syndrome = h.aeth_syndrome
-                        advance = Signal()
-                        m.d.comb += [
-                            through.eq(Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)),
-                            advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
-                                       & ~_not_behind(delivered[plan.conn], through)
-                                       & _not_behind(expected[plan.conn] - 1, through)),
-                        ]
-                        with m.If(advance):
-                            m.d.sync += delivered[plan.conn].eq(through)
-                        m.d.sync += release_job.eq(plan.job)
-                        m.next = "RELEASE"
-                    with m.Else():
-                        m.next = "IDLE"
-                        take_header()
-                    with m.If(outcome == O["CONTRIBUTE"]):
-                        c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
-                        entry = (j * K + k) * N + w
-                        m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
-                                     expected[c].eq(expected[c] + 1)]
-                        m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(slot * N + w), hs_w.data.header.eq(h),
-                                     hs_w.data.own.eq(window[:8 * _OWN_BYTES])]
-                        with m.If(plan.first):
-                            m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
-                                         wk_started[entry].eq(1), wk_closed[entry].eq(0),
-                                         wk_first[entry].eq(psn), in_msg[c].eq(1), cur_k[c].eq(k)]
-                        with m.If(plan.last):
-                            m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
-                                         in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
-                                         next_k[c].eq(next_k[c] + 1)]
-                        with m.If(full):
-                            m.d.sync += pk_ready[slot].eq(1)
-                            count("results_sent", job_n[j])
-                            m.d.comb += [
-                                unsent_add.eq(1), unsent_add_at.eq(j * K + k),
-                                sum_requests.w_en.eq(1),
-                                new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
-                                new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
-                                descriptors.w_en.eq(1), new_descriptor.kind.eq(RESULTS),
-                                new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
-                                new_descriptor.index0.eq(plan.index == 0),
-                                new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                                new_descriptor.job.eq(j), new_descriptor.k.eq(k),
-                                new_descriptor.workers.eq(job_n[j]),
-                            ]
+                        m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
+                        counter_array = Array(counters[name] for name in COUNTERS)
+                        m.d.sync += counter_array[drop_reason].eq(counter_array[drop_reason] + 1)
+                        goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
+                        with m.If(goes_on):
+                            m.d.sync += ring_committed.eq(ring_cursor + ring_written)
+                            shifted = Signal(ParsedHeader)
+                            m.d.comb += [shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT)]
+                            m.d.comb += [headers.w_en.eq(1),
+                                         headers.w_data.eq(Mux(outcome == O["FORWARD_GAP"], shifted, h)),
+                                         new_descriptor.kind.eq(FORWARD), descriptors.w_en.eq(1)]
+                        with m.Else():
+                            m.d.sync += ring_cursor.eq(ring_committed)
+                        with m.If(outcome == O["DUPLICATE"]):
+                            m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
+                                         new_descriptor.kind.eq(DUPLICATE),
+                                         new_descriptor.rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot)),
+                                         new_descriptor.index0.eq(plan.dup_index0),
+                                         new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                                         new_descriptor.own.eq(window_now[:8 * _OWN_BYTES])]
+                        with m.If(outcome == O["CREDIT"]):
+                            m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
+                                         new_descriptor.job.eq(request_j), new_descriptor.worker.eq(request_worker),
+                                         new_descriptor.all.eq(0), new_descriptor.workers.eq(job_n[request_j]),
+                                         new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
+                            count("credits_sent")
+                        with m.If(outcome == O["ACK"]):
+                            count("acks_seen")
+                            with m.If(advance):
+                                m.d.sync += delivered[plan.conn].eq(through)
+                        with m.If((outcome == O["ACK"]) & releasable):
+                            m.next = "RELEASE"
+                        with m.Else():
+                            m.next = "IDLE"
+                            take_header()
+                        with m.If(outcome == O["CONTRIBUTE"]):
+                            c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
+                            entry = (j * K + k) * N + w
+                            m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
+                                         expected[c].eq(expected[c] + 1)]
+                            m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(slot * N + w), hs_w.data.header.eq(h),
+                                         hs_w.data.own.eq(window_now[:8 * _OWN_BYTES])]
+                            with m.If(plan.first):
+                                m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
+                                             wk_started[entry].eq(1), wk_closed[entry].eq(0),
+                                             wk_first[entry].eq(psn), in_msg[c].eq(1), cur_k[c].eq(k)]
+                            with m.If(plan.last):
+                                m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
+                                             in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
+                                             next_k[c].eq(next_k[c] + 1)]
+                            with m.If(full):
+                                m.d.sync += pk_ready[slot].eq(1)
+                                count("results_sent", job_n[j])
+                                m.d.comb += [
+                                    unsent_add.eq(1), unsent_add_at.eq(j * K + k),
+                                    sum_requests.w_en.eq(1),
+                                    new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
+                                    new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
+                                    descriptors.w_en.eq(1), new_descriptor.kind.eq(RESULTS),
+                                    new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
+                                    new_descriptor.index0.eq(plan.index == 0),
+                                    new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                                    new_descriptor.job.eq(j), new_descriptor.k.eq(k),
+                                    new_descriptor.workers.eq(job_n[j]),
+                                ]
             with m.State("RELEASE"):
                 with m.If(~releasable):
                     m.next = "IDLE"
+                    take_header()
                 with m.Elif(descriptors.w_rdy):
                     m.d.sync += [msg_busy[oldest_message].eq(0), oldest.eq(oldest + 1)]
                     for w in range(N):
@@ -688,35 +695,53 @@ class NetReduceSwitch(wiring.Component):
         taken = Signal()
         m.d.comb += taken.eq(out.valid & out.ready)
 
-        # payload source 1: the packet ring (registered read, one word ahead)
+        # The payload sequencer starts each frame in the clock the previous one's last beat is taken (or
+        # as soon as its descriptor is there): ``start`` fetches the first word of frame ``nx`` for worker
+        # ``nx_worker`` (the payload job being dispatched, or the current descriptor's next worker).
+        m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
+        job = data.View(Descriptor, payload_jobs.r_data)
+        start, start_from_job = Signal(), Signal()
+        nx = Signal(Descriptor)
+        nx_worker = Signal(range(N + 1))
+        m.d.comb += nx.eq(Mux(start_from_job, payload_jobs.r_data, d.as_value()))
+
+        # payload source 1: the packet ring (registered read, one word ahead, across frames: the ring holds
+        # exactly the FORWARD frames, in descriptor order, so the next frame's first word waits on the port)
         ring_active, ring_valid = Signal(), Signal()
         ring_last = ring_r.data.last
-        ring_issue = ring_active & (ring_read != ring_committed) & (~ring_valid | (taken & ~ring_last))
+        ring_issue = (ring_read != ring_committed) & (~ring_valid | (taken & ring_active))
         m.d.comb += [ring_r.en.eq(ring_issue), ring_r.addr.eq(ring_read[:ring_bits])]
         with m.If(ring_issue):
             m.d.sync += [ring_read.eq(ring_read + 1), ring_valid.eq(1)]
-        with m.Elif(taken):
+        with m.Elif(taken & ring_active):
             m.d.sync += ring_valid.eq(0)
 
-        # payload source 2: the result memory, with a first packet's own 16 bytes
+        # payload source 2: the result memory, with a first packet's own 16 bytes (a duplicate's from its
+        # descriptor, a result's from the header store, read with the first word)
         read = slots.read[0]
         result_active, result_valid = Signal(), Signal()
         issued = Signal(range(Pb + 2))
         shown = Signal(range(Pb + 1))           # beat index of the word on read.data
         own = Signal(8 * 16)
+        result_start = start & ((nx.kind == RESULTS) | (nx.kind == DUPLICATE))
         result_issue = result_active & (issued < d.beats) & (~result_valid | taken)
-        m.d.comb += [read.en.eq(result_issue), read.result_slot.eq(d.rslot), read.beat.eq(issued)]
-        with m.If(result_issue):
+        m.d.comb += [read.en.eq(result_issue | result_start), read.result_slot.eq(Mux(result_start, nx.rslot, d.rslot)),
+                     read.beat.eq(Mux(result_start, 0, issued)),
+                     own_r.en.eq(result_start & (nx.kind == RESULTS)), own_r.addr.eq(nx.slot * N + nx_worker)]
+        with m.If(result_start):
+            m.d.sync += [issued.eq(1), shown.eq(0), result_valid.eq(1), own.eq(nx.own)]
+        with m.Elif(result_issue):
             m.d.sync += [issued.eq(issued + 1), shown.eq(issued), result_valid.eq(1)]
         with m.Elif(taken):
             m.d.sync += result_valid.eq(0)
+        own_bytes = Mux(d.kind == DUPLICATE, own, own_r.data.own)
         result_data = Signal(W)
         m.d.comb += result_data.eq(read.data)
         for lane in range(min(B, 16)):
             for beat_no in range(16 // B if B < 16 else 1):
                 if beat_no * B + lane < 16:
                     with m.If(d.index0 & (shown == beat_no)):
-                        m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own[8 * (beat_no * B + lane):][:8])
+                        m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (beat_no * B + lane):][:8])
         result_last = shown == d.beats - 1
         tail = Signal(range(B + 1))
         m.d.comb += tail.eq(d.length - ((d.beats - 1) << exact_log2(B)))
@@ -727,14 +752,22 @@ class NetReduceSwitch(wiring.Component):
         control = Signal(8 * B * control_beats)
         control_beat = Signal(range(control_beats + 1))
         control_active = Signal()
-        conn = d.job * N + worker
+        conn = nx.job * N + nx_worker
         frame = self._control_frame(m, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw_mac, src_ip=sw_ip,
-                                    port=ctl_port, job=job_id[d.job], worker=worker, value=d.value)
+                                    port=ctl_port, job=job_id[nx.job], worker=nx_worker, value=nx.value)
+        control_start = start & (nx.kind == CREDITS)
         control_words = Array(control[i * W:(i + 1) * W] for i in range(control_beats))
         last_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
 
         # the payload goes to the deparser only in PAYLOAD; the readers fetch their first word before
-        payload_phase = Signal()
+        payload_phase, frame_done = Signal(), Signal()
+        m.d.comb += frame_done.eq(payload_phase & taken & out.payload.last)
+        for active, starts in ((ring_active, start & (nx.kind == FORWARD)), (result_active, result_start),
+                               (control_active, control_start)):
+            with m.If(starts):
+                m.d.sync += active.eq(1)
+            with m.Elif(frame_done):
+                m.d.sync += active.eq(0)
         with m.If(ring_active):
             m.d.comb += [out.valid.eq(ring_valid & payload_phase), out.payload.data.eq(ring_r.data.data),
                          out.payload.keep.eq(ring_r.data.keep), out.payload.last.eq(ring_last),
@@ -750,13 +783,14 @@ class NetReduceSwitch(wiring.Component):
                          out.payload.last.eq(is_last), out.payload.first.eq(control_beat == 0)]
             with m.If(taken):
                 m.d.sync += control_beat.eq(control_beat + 1)
+        with m.If(control_start):
+            m.d.sync += [control.eq(frame), control_beat.eq(0)]
 
         # Two sequencers walk the descriptors in the same order: the header sequencer hands the deparser
         # every frame's header record as early as it takes them (its plan FIFO holds the next ones), the
         # payload sequencer streams the payloads behind them.
         hdr = deparser.hdr
         count_out = counters["frames_out"]
-        m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
         incoming = data.View(Descriptor, descriptors.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
@@ -803,27 +837,19 @@ class NetReduceSwitch(wiring.Component):
                         m.next = "TAKE"
 
         # the payload sequencer
-        own_read = Signal()
-        m.d.comb += [own_r.en.eq(own_read), own_r.addr.eq(d.slot * N + worker)]
-        job = data.View(Descriptor, payload_jobs.r_data)
 
         def dispatch():
-            """Take the next payload job, if any, and start fetching its first word."""
+            """Take the next payload job, if any, and start its first frame (a result's once its sum is done)."""
             m.d.comb += payload_jobs.r_en.eq(1)
             with m.If(payload_jobs.r_rdy):
-                m.d.sync += [d.eq(payload_jobs.r_data),
-                             worker.eq(Mux(job.all | (job.kind == RESULTS), 0, job.worker))]
-                with m.Switch(job.kind):
-                    with m.Case(FORWARD):
-                        m.d.sync += ring_active.eq(1)
-                        m.next = "PAYLOAD"
-                    with m.Case(DUPLICATE):
-                        m.d.sync += [result_active.eq(1), issued.eq(0), own.eq(job.own)]
-                        m.next = "PAYLOAD"
-                    with m.Case(RESULTS):
-                        m.next = "WAIT_SUM"
-                    with m.Case(CREDITS):
-                        m.next = "CONTROL"
+                first_worker = Mux(job.all | (job.kind == RESULTS), 0, job.worker)
+                m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(first_worker)]
+                m.d.comb += [start_from_job.eq(1), nx_worker.eq(first_worker)]
+                with m.If((job.kind != RESULTS) | (sums_ready != 0)):
+                    m.d.comb += [start.eq(1), sum_used.eq(job.kind == RESULTS)]
+                    m.next = "PAYLOAD"
+                with m.Else():
+                    m.next = "WAIT_SUM"
             with m.Else():
                 m.next = "IDLE"
 
@@ -838,31 +864,18 @@ class NetReduceSwitch(wiring.Component):
             with m.State("IDLE"):
                 dispatch()
             with m.State("WAIT_SUM"):
+                m.d.comb += nx_worker.eq(worker)
                 with m.If(sums_ready != 0):
-                    m.d.comb += sum_used.eq(1)
-                    m.next = "OWN_READ"
-            with m.State("OWN_READ"):
-                m.d.comb += own_read.eq(1)
-                m.d.sync += [result_active.eq(1), issued.eq(0)]
-                m.next = "OWN"
-            with m.State("OWN"):
-                m.d.sync += own.eq(own_r.data.own)
-                m.next = "PAYLOAD"
-            with m.State("CONTROL"):
-                m.d.sync += [control.eq(frame), control_beat.eq(0), control_active.eq(1)]
-                m.next = "PAYLOAD"
+                    m.d.comb += [start.eq(1), sum_used.eq(1)]
+                    m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
                 m.d.comb += payload_phase.eq(1)
                 more = (worker + 1 < d.workers) & ((d.kind == RESULTS) | ((d.kind == CREDITS) & d.all))
-                with m.If(taken & out.payload.last):
-                    m.d.sync += [ring_active.eq(0), result_active.eq(0), control_active.eq(0)]
+                with m.If(frame_done):
                     m.d.comb += [unsent_sub.eq((d.kind == RESULTS) & ~more), unsent_sub_at.eq(d.job * K + d.k)]
                     with m.If(more):
                         m.d.sync += worker.eq(worker + 1)
-                        with m.If(d.kind == RESULTS):
-                            m.next = "OWN_READ"
-                        with m.Else():
-                            m.next = "CONTROL"
+                        m.d.comb += [start.eq(1), nx_worker.eq(worker + 1)]
                     with m.Else():
                         dispatch()
 
