@@ -15,6 +15,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .fp.adder import check_int
 from .stream import frame_stream
 
 __all__ = ["FrameArbiter", "FrameRouter", "MAX_PORTS", "check_ports"]
@@ -23,9 +24,7 @@ MAX_PORTS = 4
 
 
 def check_ports(ports):
-    if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
-        raise ValueError(f"ports must be an integer from 1 to {MAX_PORTS}, not {ports!r}")
-    return ports
+    return check_int(ports, "ports", 1, MAX_PORTS)
 
 
 class FrameArbiter(wiring.Component):

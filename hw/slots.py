@@ -70,7 +70,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
-from .fp.adder import MAX_ADDER_STAGES, check_format
+from .fp.adder import MAX_ADDER_STAGES, check_format, check_int, check_lane_width
 from .fp.tree import MAX_INPUTS, AdderTree
 
 __all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS"]
@@ -78,12 +78,6 @@ __all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS"]
 MAX_SLOTS = 1 << 16
 MAX_PACKET_BEATS = 1 << 12
 MAX_PORTS = 64
-
-
-def _check_int(value, what, low, high):
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
-    return value
 
 
 def _field_bits(count):
@@ -108,17 +102,13 @@ class SlotMemory(wiring.Component):
                  write_ports=1, read_ports=1, adder_stages=5):
         try:
             self.fmt = check_format(fmt)
-            ew = self.fmt.width
-            if not isinstance(width, int) or isinstance(width, bool) or width <= 0 or width % ew:
-                raise ValueError(f"width must be a positive multiple of the {self.fmt} element width {ew}, "
-                                 f"not {width!r}")
-            self.width = width
-            self.workers = _check_int(workers, "workers", 1, MAX_INPUTS)
-            self.slots = _check_int(slots, "slots", 1, MAX_SLOTS)
-            self.packet_beats = _check_int(packet_beats, "packet_beats", 1, MAX_PACKET_BEATS)
-            self.write_ports = _check_int(write_ports, "write_ports", 1, MAX_PORTS)
-            self.read_ports = _check_int(read_ports, "read_ports", 1, MAX_PORTS)
-            self.adder_stages = _check_int(adder_stages, "adder_stages", 0, MAX_ADDER_STAGES)
+            self.width = check_lane_width(self.fmt, width)
+            self.workers = check_int(workers, "workers", 1, MAX_INPUTS)
+            self.slots = check_int(slots, "slots", 1, MAX_SLOTS)
+            self.packet_beats = check_int(packet_beats, "packet_beats", 1, MAX_PACKET_BEATS)
+            self.write_ports = check_int(write_ports, "write_ports", 1, MAX_PORTS)
+            self.read_ports = check_int(read_ports, "read_ports", 1, MAX_PORTS)
+            self.adder_stages = check_int(adder_stages, "adder_stages", 0, MAX_ADDER_STAGES)
         except ValueError:
             self._MustUse__silence = True       # a rejected component is not an unused one
             raise

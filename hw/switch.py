@@ -58,6 +58,7 @@ from ..sim.switch_model import COUNTERS, GAP_PSN_SHIFT
 from ..wire import (AGG_MAGIC, AGG_VERSION, CONTROL_MAGIC, CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES,
                     ETH_MIN_FRAME, ETHERTYPE_IPV4, ControlType)
 from .deparser import RoceDeparser
+from .fp.adder import check_int
 from .parser import RoceParser
 from .ports import FrameArbiter, FrameRouter, check_ports
 from .slots import SlotMemory
@@ -131,8 +132,7 @@ class NetReduceSwitch(wiring.Component):
                                        ("message_packets", message_packets, 1, 64),
                                        ("message_slots", message_slots, 1, 64),
                                        ("forwarding_entries", forwarding_entries, 1, 64)):
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise ValueError(f"{name} must be an integer from {low} to {high}, not {value!r}")
+            check_int(value, name, low, high)
         if message_slots & (message_slots - 1):
             raise ValueError(f"message_slots must be a power of two, not {message_slots}")
         if dtype not in DTYPE_CODES:

@@ -32,7 +32,8 @@ from amaranth.utils import ceil_log2
 from ...sim.fp import get_format
 from .pipeline import choose_cuts, lzc, stream_pipeline, thermometer
 
-__all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", "check_format"]
+__all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", "check_format", "check_int",
+           "check_lane_width"]
 
 #: Register boundaries of the adder, most useful first: ``stages=k`` uses the first k.
 ADDER_BOUNDARIES = ("output", "sum", "unpack", "normalize", "align", "round", "shift", "input")
@@ -44,6 +45,21 @@ def check_format(fmt):
         return get_format(fmt)
     except ValueError as error:
         raise ValueError(str(error)) from None
+
+
+def check_int(value, what, low, high):
+    """``value``, an integer (not a bool) from ``low`` to ``high``, or a ``ValueError`` naming ``what``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+def check_lane_width(fmt, width):
+    """``width``, a positive multiple of the element width of format ``fmt``, or a ``ValueError``."""
+    ew = fmt.width
+    if not isinstance(width, int) or isinstance(width, bool) or width <= 0 or width % ew:
+        raise ValueError(f"width must be a positive multiple of the {fmt} element width {ew}, not {width!r}")
+    return width
 
 
 def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):

@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ...sim.fp import FP32
-from .adder import MAX_ADDER_STAGES, adder_datapath, check_format
+from .adder import MAX_ADDER_STAGES, adder_datapath, check_format, check_int, check_lane_width
 from .convert import NARROW_BOUNDARIES, narrow_datapath, widen
 from .pipeline import stream_pipeline
 
@@ -35,12 +35,6 @@ __all__ = ["AdderTree", "MAX_INPUTS"]
 
 MAX_INPUTS = 64
 _NEG_ZERO = 0x8000_0000
-
-
-def _check_int(value, what, low, high):
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
-    return value
 
 
 class AdderTree(wiring.Component):
@@ -78,22 +72,18 @@ class AdderTree(wiring.Component):
                  ftz=False, user_width=0, backpressure=True):
         try:
             self.fmt = check_format(fmt)
-            ew = self.fmt.width
-            if not isinstance(width, int) or isinstance(width, bool) or width <= 0 or width % ew:
-                raise ValueError(f"width must be a positive multiple of the {self.fmt} element width {ew}, "
-                                 f"not {width!r}")
-            self.width = width
-            self.n_inputs = _check_int(n_inputs, "n_inputs", 1, MAX_INPUTS)
-            self.adder_stages = _check_int(adder_stages, "adder_stages", 0, MAX_ADDER_STAGES)
-            self.root_stages = _check_int(root_stages, "root_stages", 0, len(NARROW_BOUNDARIES))
-            self.leaf_stages = _check_int(leaf_stages, "leaf_stages", 0, 1)
-            self.user_width = _check_int(user_width, "user_width", 0, 4096)
+            self.width = check_lane_width(self.fmt, width)
+            self.n_inputs = check_int(n_inputs, "n_inputs", 1, MAX_INPUTS)
+            self.adder_stages = check_int(adder_stages, "adder_stages", 0, MAX_ADDER_STAGES)
+            self.root_stages = check_int(root_stages, "root_stages", 0, len(NARROW_BOUNDARIES))
+            self.leaf_stages = check_int(leaf_stages, "leaf_stages", 0, 1)
+            self.user_width = check_int(user_width, "user_width", 0, 4096)
         except (TypeError, ValueError):
             self._MustUse__silence = True       # a rejected component is not an unused one
             raise
         self.ftz = bool(ftz)
         self.backpressure = bool(backpressure)
-        self.lanes = width // ew
+        self.lanes = width // self.fmt.width
         self.levels = ceil_log2(self.n_inputs)
         self.latency = self.leaf_stages + self.levels * self.adder_stages + self.root_stages
         in_layout = data.StructLayout({
