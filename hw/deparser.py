@@ -7,7 +7,8 @@ bubbles between back-to-back frames):
                their length; one record per clock into the plan FIFO;
 ``merge``      emits the frame beat by beat: whole header beats, then header tail and payload merged at
                the header length's byte offset, then the payload's last bytes, zero placeholders for
-               the ICRC and zero Ethernet padding up to 60 bytes;
+               the ICRC and zero Ethernet padding up to 60 bytes (with ``whole_frames``, a frame
+               starts only once its payload's first beat is there);
 ``icrc``       a pipeline beside the frame: masks the ICRC fields, accumulates the CRC, *rewinds* the
                state over the zero bytes after the region in the beat that holds the ICRC (one fixed
                matrix per bit of that count, one stage each), and writes the ICRC into its placeholder,
@@ -143,10 +144,17 @@ class RoceDeparser(wiring.Component):
     Ports: ``hdr`` (header records in), ``i`` (payload stream in, with the verdicts on its last beat: a
     RoCE frame whose verdicts are bad leaves with its ICRC inverted), ``o`` (frames).
     ``latency`` is the number of pipeline registers between the merge stage and ``o``.
+
+    ``whole_frames``: start a frame only when its payload's first beat is there. A source that then
+    gives the payload at one beat per clock (the switch's stored payloads) gets frames that never
+    pause in the middle, as a MAC's transmit side needs. Without it (cut-through behind the parser)
+    the header beats go out while the payload is still on its way, and a frame pauses only where its
+    payload does.
     """
 
-    def __init__(self, width=64):
+    def __init__(self, width=64, *, whole_frames=False):
         self.width = check_width(width)
+        self.whole_frames = bool(whole_frames)
         self.beat_bytes = width // 8
         self.window_bytes = window_bytes_for(width)
         self.rewind_stages = exact_log2(self.beat_bytes) + 1
@@ -203,6 +211,8 @@ class RoceDeparser(wiring.Component):
         in_header = index < header_beats
         consume = ~payload_done & ~in_header
         ready_to_emit = have_plan & (~consume | self.i.valid)
+        if self.whole_frames:
+            ready_to_emit &= active | self.i.valid
         emit = ready_to_emit & advance
 
         nkeep = keep_count(m, beat_in.keep, nbytes)

@@ -178,7 +178,7 @@ class NetReduceSwitch(wiring.Component):
         conn_bits = max(1, ceil_log2(C))
 
         m.submodules.parser = parser = RoceParser(W)
-        m.submodules.deparser = deparser = RoceDeparser(W)
+        m.submodules.deparser = deparser = RoceDeparser(W, whole_frames=True)    # no pause inside a frame out
         m.submodules.slots = slots = SlotMemory(width=W, workers=N, slots=S, packet_beats=Pb, fmt=self.dtype,
                                                 ftz=self.ftz, adder_stages=self.adder_stages)
         m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports)

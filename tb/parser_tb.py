@@ -18,6 +18,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge, SimTimeoutError, Timer, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.eth import EthMacRx, EthMacTx
 
 from netreduce.host.pcap import read_pcap
 from netreduce.hw.stream import ParsedHeader
@@ -53,10 +54,22 @@ class TB:
 
     def stream_port(self, source_prefix, sink_prefix, stream=0):
         """An AXI-Stream source and sink on the ports with these prefixes, with the random idle cycles
-        and backpressure of ``params`` (seeded per ``stream``)."""
+        and backpressure of ``params`` (seeded per ``stream``). With ``params["mac"]``, cocotbext-eth's
+        MAC models instead, at the line rate of the bus (``width`` bits per clock): the receive side of
+        a MAC sends each frame into the port after its preamble and the previous frame's inter-frame
+        gap, and the transmit side takes the frames out, failing the test if a frame pauses in the
+        middle (a MAC cannot)."""
         dut, params = self.dut, self.params
-        source = AxiStreamSource(AxiStreamBus.from_prefix(dut, source_prefix, bus_separator="__"), dut.clk, dut.rst)
-        sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, sink_prefix, bus_separator="__"), dut.clk, dut.rst)
+        source_bus = AxiStreamBus.from_prefix(dut, source_prefix, bus_separator="__")
+        sink_bus = AxiStreamBus.from_prefix(dut, sink_prefix, bus_separator="__")
+        if params.get("mac"):
+            speed = self.width / CLOCK_NS * 1e9
+            macs = EthMacRx(source_bus, dut.clk, dut.rst, speed=speed), EthMacTx(sink_bus, dut.clk, dut.rst, speed=speed)
+            for mac in macs:
+                mac.log.setLevel(logging.WARNING)      # not a line per frame
+            return macs
+        source = AxiStreamSource(source_bus, dut.clk, dut.rst)
+        sink = AxiStreamSink(sink_bus, dut.clk, dut.rst)
         seed = params.get("seed", 0) + 10 * stream
         if params.get("idle"):
             source.set_pause_generator(_pattern(params["idle"], seed))

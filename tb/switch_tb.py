@@ -5,7 +5,10 @@ named by the ``scenario`` parameter) holds the switch configuration, the frames 
 in an all-reduce run on the golden model, in order, and what the model sent out for each. The testbench
 loads the configuration through the control registers, sends the same frames (with random idle cycles
 when ``idle`` is set), takes the frames out (with random backpressure when ``backpressure`` is set),
-and checks them against the model's, frame for frame and byte for byte, then every counter.
+and checks them against the model's, frame for frame and byte for byte, then every counter. With
+``mac`` set, cocotbext-eth's MAC models sit on the ports instead (``TB.stream_port`` of the parser
+testbench): frames go in paced at the line rate, with preamble and inter-frame gap, the switch may
+not hold any of them back, and no frame out may pause in the middle.
 """
 
 import collections
@@ -14,7 +17,6 @@ import pickle
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiStreamFrame
 
 from netreduce.host.protocol import ip_to_int, mac_to_int
 from netreduce.hw.switch import CSR
@@ -93,21 +95,44 @@ class TB(StreamTB):
         got = []
         for sink, count in zip(self.sinks, counts):
             left = max(1, round((deadline - get_sim_time("ns")) / CLOCK_NS))
-            got.append([bytes(frame.tdata) for frame in await self.receive(count, left, sink)])
+            got.append([frame_bytes(frame) for frame in await self.receive(count, left, sink)])
         return got
 
-    def _frame_ends(self, prefix):
-        """Frames through the AXI-Stream ports ``prefix``__p so far, counted each clock (a list of one
-        counter, read by the caller)."""
+    def _count(self, prefix, event):
+        """Clocks of ``event(tvalid, tready, tlast)`` (values 0 or 1) on the AXI-Stream ports ``prefix``__p
+        so far, summed over the ports each clock: a list of one counter, read by the caller, and the
+        counting task."""
         buses = [(getattr(self.dut, f"{prefix}__{p}__tvalid"), getattr(self.dut, f"{prefix}__{p}__tready"),
                   getattr(self.dut, f"{prefix}__{p}__tlast")) for p in range(self.ports)]
-        ends = [0]
+        total = [0]
 
         async def count():
             while True:
                 await RisingEdge(self.dut.clk)
-                ends[0] += sum(v.value == 1 and r.value == 1 and t.value == 1 for v, r, t in buses)
-        return ends, cocotb.start_soon(count())
+                total[0] += sum(event(v.value == 1, r.value == 1, t.value == 1) for v, r, t in buses)
+        return total, cocotb.start_soon(count())
+
+    def _pauses_in_frames(self, prefix):
+        """Clocks in which a frame on a port ``prefix``__p had begun and not ended and no beat was
+        offered (a list of one counter, and the counting task; see ``_count``)."""
+        buses = [(getattr(self.dut, f"{prefix}__{p}__tvalid"), getattr(self.dut, f"{prefix}__{p}__tready"),
+                  getattr(self.dut, f"{prefix}__{p}__tlast")) for p in range(self.ports)]
+        inside = [False] * self.ports
+        total = [0]
+
+        async def count():
+            while True:
+                await RisingEdge(self.dut.clk)
+                for p, (valid, ready, last) in enumerate(buses):
+                    if valid.value != 1:
+                        total[0] += inside[p]
+                    elif ready.value == 1:
+                        inside[p] = last.value != 1
+        return total, cocotb.start_soon(count())
+
+    def _frame_ends(self, prefix):
+        """Frames through the ports ``prefix``__p so far (see ``_count``)."""
+        return self._count(prefix, lambda valid, ready, last: valid and ready and last)
 
     async def replay(self, inputs, after):
         """Send ``inputs`` ((port, frame) pairs), each once the switch has sent ``after[i]`` frames: the
@@ -120,7 +145,7 @@ class TB(StreamTB):
         for index, ((port, frame), needed) in enumerate(zip(inputs, after)):
             while sent[0] < needed or (one_by_one and taken[0] < index):
                 await RisingEdge(self.dut.clk)
-            await self.sources[port].send(AxiStreamFrame(frame))
+            await self.sources[port].send(frame)
         sent_task.cancel()
         taken_task.cancel()
 
@@ -135,6 +160,11 @@ class TB(StreamTB):
         for p in range(self.ports):
             check_frames(got[p], expected[p])
         return got
+
+
+def frame_bytes(frame):
+    """The bytes of a frame from an AXI-Stream sink or a MAC model."""
+    return bytes(frame.tdata if hasattr(frame, "tdata") else frame.data)
 
 
 def check_frames(got, expected):
@@ -154,7 +184,13 @@ async def scenario_against_model(dut):
     tb = TB(dut, params)
     await tb.reset()
     await tb.configure(scenario["config"], params["workers"])   # the build's N
+    refused, _ = tb._count("s_axis", lambda valid, ready, last: valid and not ready)
+    paused, _ = tb._pauses_in_frames("m_axis")
     got = await tb.replay_and_check(scenario)
+    tb.log.info("input refused in %d clocks, output paused inside a frame in %d", refused[0], paused[0])
+    if params.get("mac"):       # a MAC's receive side cannot wait, and its transmit side cannot pause
+        assert refused[0] == 0, f"the switch held back the MAC's frames for {refused[0]} clocks"
+        assert paused[0] == 0, f"frames out paused for {paused[0]} clocks in the middle"
     for _ in range(200):                    # nothing more may come out
         await RisingEdge(dut.clk)
     for p, sink in enumerate(tb.sinks):
@@ -290,14 +326,14 @@ async def closed_loop(dut):
         while True:
             while engine.pending:
                 port, frame = engine.pending.popleft()
-                await tb.sources[port].send(AxiStreamFrame(frame))
+                await tb.sources[port].send(frame)
             await RisingEdge(dut.clk)
 
     async def collect(port):
         while True:
             frame = await tb.sinks[port].recv()
             network.advance(now())
-            network.from_switch(port, bytes(frame.tdata))
+            network.from_switch(port, frame_bytes(frame))
 
     network.start()
     cocotb.start_soon(feed())

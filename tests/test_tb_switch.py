@@ -49,14 +49,15 @@ def record(setup=None, **kwargs):
             "counters": dict(engine.counters)}
 
 
-def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0):
+def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0, mac=False):
     switch = NetReduceSwitch(**BUILDS[build], mtu=4096, message_packets=4, message_slots=4,
                              max_frame=scenario["config"].max_frame)
     path = tmp_path / "scenario.pickle"
     path.write_bytes(pickle.dumps(scenario))
     run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
                build_params=switch.parameters, testcase="scenario_against_model",
-               params={"scenario": str(path), "idle": idle, "backpressure": backpressure, "seed": seed})
+               params={"scenario": str(path), "idle": idle, "backpressure": backpressure, "seed": seed,
+                       "mac": mac})
 
 
 def greedy_and_spoofed(network):
@@ -86,6 +87,14 @@ def test_eight_workers_64(tmp_path):
     scenario = record(workers=8, nbytes=12000, mtu=1024, seed=2)
     assert scenario["status"] == "done"
     replay(tmp_path, scenario, "fp32x64", backpressure=0.3, seed=2)
+
+
+def test_mac_models_at_line_rate_64(tmp_path):
+    """cocotbext-eth MACs on the ports at 10 Gb/s (64 bits at 156.25 MHz): 8 workers' frames paced as
+    a MAC delivers them; the switch never holds one back and sends every frame out without a pause."""
+    scenario = record(workers=8, nbytes=24000, mtu=1024, seed=9)
+    assert scenario["status"] == "done"
+    replay(tmp_path, scenario, "fp32x64", seed=9, mac=True)
 
 
 def test_credit_violation_spoofing_and_credit_requests_64(tmp_path):
