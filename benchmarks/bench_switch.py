@@ -19,7 +19,9 @@
 - With ``--synth``: LUTs, flip-flops, block RAMs and Fmax of a 64-bit, 4-worker, 1-job build on the
   ECP5-85 (speed grade 8), against the 156.25 MHz goal. That build has an 8-message credit window
   (``SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs, its slot, result and header memories
-  take 262 DP16KD block RAMs, more than the 208 of the device (Yosys ``synth_ecp5``).
+  take 262 DP16KD block RAMs, more than the 208 of the device (Yosys ``synth_ecp5``). With
+  ``--no-route`` nextpnr stops after placement and the Fmax is its estimate (routing this build with
+  the WebAssembly nextpnr took over an hour without finishing).
 """
 
 import argparse
@@ -79,6 +81,8 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
+    parser.add_argument("--no-route", action="store_true",
+                        help="with --synth: stop after placement and report nextpnr's estimated Fmax")
     args = parser.parse_args(argv)
     os.environ.setdefault("NETREDUCE_VERILATOR_CXX_OPT", "-O2")
     report = {"mtu": MTU, "workers": args.workers, "bytes_per_worker": args.bytes}
@@ -89,7 +93,7 @@ def main(argv=None):
         from netreduce.synth import synth_ecp5
         switch = NetReduceSwitch(width=64, workers=4, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                  message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048)
-        result = synth_ecp5(switch, "netreduce_switch_64b_4w", freq_mhz=156.25)
+        result = synth_ecp5(switch, "netreduce_switch_64b_4w", freq_mhz=156.25, route=not args.no_route)
         result.pop("work_dir", None)
         report["ecp5_switch_64b_4w"] = result
     json.dump(report, sys.stdout, indent=2)

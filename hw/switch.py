@@ -27,8 +27,9 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus one clock per frame in the monitor
-(``LOOKUP``); in the emitter, two clocks before the first result frame of a slot, the others following
-without a gap (docs: "Open items").
+(``LOOKUP``); the emitter fetches each frame's first word in the clock the previous frame ends, and the
+deparser starts a frame only once that word is there, so frames out never pause in the middle (docs:
+"Open items").
 
 Control registers (``csr``: ``addr`` is a word address; ``wdata`` and ``we`` write; ``rdata`` shows
 the counter at ``addr`` the clock after):

@@ -148,13 +148,15 @@ def _safe_name(name):
 
 
 def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA381", speed=8,
-               seed=1, work_dir=None, out_pins=8):
+               seed=1, work_dir=None, out_pins=8, route=True):
     """Fmax and resources of ``component`` on a Lattice ECP5 (open flow).
 
     Returns a dict: ``luts``, ``ffs``, ``dsps``, ``brams`` (the component alone, after synthesis),
     ``fmax_mhz`` (nextpnr's achieved Fmax of ``clk`` for the placed and routed harness),
     ``freq_mhz`` (the constraint), ``met`` (Fmax >= constraint), ``placed_luts``, ``placed_ffs``
-    (the whole harness after placement), ``device``, ``package``, ``speed``, ``seconds``, ``work_dir``.
+    (the whole harness after placement), ``routed``, ``device``, ``package``, ``speed``, ``seconds``,
+    ``work_dir``. With ``route=False`` nextpnr stops after placement and ``fmax_mhz`` is its estimate
+    from the placed design (wire delays estimated, not routed): for designs whose routing takes hours.
     Raises :class:`SynthesisError` when a tool fails.
     """
     name = _safe_name(name)
@@ -180,7 +182,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
               log="yosys_harness.log")
     run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
                       "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
-                      "--timing-allow-fail"], work, log="nextpnr.log")
+                      "--timing-allow-fail", *([] if route else ["--no-route"])], work, log="nextpnr.log")
     report = json.loads((work / "report.json").read_text())
     fmax = None
     for clock, info in report.get("fmax", {}).items():
@@ -199,6 +201,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
         "met": fmax is not None and fmax >= freq_mhz,
         "placed_luts": util.get("TRELLIS_COMB", {}).get("used"),
         "placed_ffs": util.get("TRELLIS_FF", {}).get("used"),
+        "routed": route,
         "device": f"LFE5U-{device.upper()}", "package": package, "speed": speed,
         "seconds": round(time.monotonic() - start, 1),
         "work_dir": str(work),

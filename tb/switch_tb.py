@@ -5,10 +5,10 @@ named by the ``scenario`` parameter) holds the switch configuration, the frames 
 in an all-reduce run on the golden model, in order, and what the model sent out for each. The testbench
 loads the configuration through the control registers, sends the same frames (with random idle cycles
 when ``idle`` is set), takes the frames out (with random backpressure when ``backpressure`` is set),
-and checks them against the model's, frame for frame and byte for byte, then every counter. With
-``mac`` set, cocotbext-eth's MAC models sit on the ports instead (``TB.stream_port`` of the parser
-testbench): frames go in paced at the line rate, with preamble and inter-frame gap, the switch may
-not hold any of them back, and no frame out may pause in the middle.
+and checks them against the model's, frame for frame and byte for byte, then every counter; no frame
+out may pause in the middle (a MAC's transmit side could not). With ``mac`` set, cocotbext-eth's MAC
+models sit on the ports instead (``TB.stream_port`` of the parser testbench): frames go in paced at the
+line rate, with preamble and inter-frame gap, and the switch may not hold any of them back.
 """
 
 import collections
@@ -98,12 +98,16 @@ class TB(StreamTB):
             got.append([frame_bytes(frame) for frame in await self.receive(count, left, sink)])
         return got
 
+    def _buses(self, prefix):
+        """(tvalid, tready, tlast) of each AXI-Stream port ``prefix``__p."""
+        return [(getattr(self.dut, f"{prefix}__{p}__tvalid"), getattr(self.dut, f"{prefix}__{p}__tready"),
+                 getattr(self.dut, f"{prefix}__{p}__tlast")) for p in range(self.ports)]
+
     def _count(self, prefix, event):
         """Clocks of ``event(tvalid, tready, tlast)`` (values 0 or 1) on the AXI-Stream ports ``prefix``__p
         so far, summed over the ports each clock: a list of one counter, read by the caller, and the
         counting task."""
-        buses = [(getattr(self.dut, f"{prefix}__{p}__tvalid"), getattr(self.dut, f"{prefix}__{p}__tready"),
-                  getattr(self.dut, f"{prefix}__{p}__tlast")) for p in range(self.ports)]
+        buses = self._buses(prefix)
         total = [0]
 
         async def count():
@@ -115,8 +119,7 @@ class TB(StreamTB):
     def _pauses_in_frames(self, prefix):
         """Clocks in which a frame on a port ``prefix``__p had begun and not ended and no beat was
         offered (a list of one counter, and the counting task; see ``_count``)."""
-        buses = [(getattr(self.dut, f"{prefix}__{p}__tvalid"), getattr(self.dut, f"{prefix}__{p}__tready"),
-                  getattr(self.dut, f"{prefix}__{p}__tlast")) for p in range(self.ports)]
+        buses = self._buses(prefix)
         inside = [False] * self.ports
         total = [0]
 
@@ -188,9 +191,9 @@ async def scenario_against_model(dut):
     paused, _ = tb._pauses_in_frames("m_axis")
     got = await tb.replay_and_check(scenario)
     tb.log.info("input refused in %d clocks, output paused inside a frame in %d", refused[0], paused[0])
-    if params.get("mac"):       # a MAC's receive side cannot wait, and its transmit side cannot pause
+    assert paused[0] == 0, f"frames out paused for {paused[0]} clocks in the middle"   # a MAC could not
+    if params.get("mac"):       # a MAC's receive side cannot wait
         assert refused[0] == 0, f"the switch held back the MAC's frames for {refused[0]} clocks"
-        assert paused[0] == 0, f"frames out paused for {paused[0]} clocks in the middle"
     for _ in range(200):                    # nothing more may come out
         await RisingEdge(dut.clk)
     for p, sink in enumerate(tb.sinks):
