@@ -141,6 +141,12 @@ def _stat_cells(stat_json, top):
     return dict(info.get("num_cells_by_type", {}))
 
 
+def _logged_fmax(log):
+    """The last Fmax nextpnr logged for a clock named like ``clk``, in MHz, or None."""
+    found = re.findall(r"Max frequency for clock '[^']*clk[^']*': ([0-9.]+) MHz", log)
+    return float(found[-1]) if found else None
+
+
 def _safe_name(name):
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"module name {name!r} must be a Verilog identifier")
@@ -188,6 +194,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     for clock, info in report.get("fmax", {}).items():
         if "clk" in clock:
             fmax = info.get("achieved")
+    if fmax is None:        # without routing the report has no Fmax: the placer's estimate from the log
+        fmax = _logged_fmax((work / "nextpnr.log").read_text(errors="replace"))
     util = report.get("utilization", {})
     luts = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
     result = {
