@@ -216,6 +216,7 @@ class NetReduceSwitch(wiring.Component):
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
         in_msg, cur_k = registers(C, 1, "in_msg"), registers(C, k_bits, "cur_k")
+        cur_first = registers(C, 24, "cur_first")      # the first PSN of the connection's current message
         msg_busy, msg_seq = registers(J * K, 1, "msg_busy"), registers(J * K, 32, "msg_seq")
         wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
         wk_first = registers(J * K * N, 24, "wk_first")
@@ -334,27 +335,49 @@ class NetReduceSwitch(wiring.Component):
         hs_r = header_store.read_port()        # the header sequencer's: stored headers
         own_r = header_store.read_port()       # the payload sequencer's: the first 16 payload bytes
 
-        # --- monitor: classification of the latched header (registered in LOOKUP) ---------------------------
-        h = Signal(ParsedHeader)
+        # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
+        # The match reads only configuration (written before traffic), never state, so it runs as the
+        # headers arrive and the monitor takes header and match from a FIFO.
+        Match = data.StructLayout({"conn": conn_bits, "ack": 1, "data": 1, "control": 1})
+        Matched = data.StructLayout({"header": ParsedHeader, "match": Match})
+        m.submodules.matched = matched = SyncFIFOBuffered(width=Matched.size, depth=4)
+        arriving, arriving_match = parser.hdr.payload, Signal(Match)
+        ip_src = arriving.ip_src[:32]
+        roce4 = arriving.roce & (arriving.ip_version == 4)
+        data_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == req_ip[c])
+                         & (arriving.bth_dest_qp == resp_qpn[c]) for c in range(C)])
+        ack_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == resp_ip[c])
+                        & (arriving.bth_dest_qp == req_qpn[c]) for c in range(C)])
+        is_ack = roce4 & (arriving.bth_opcode == _ACKNOWLEDGE) & ack_hit.any()
+        for c in reversed(range(C)):
+            with m.If(Mux(is_ack, ack_hit[c], data_hit[c])):
+                m.d.comb += arriving_match.conn.eq(c)
+        m.d.comb += [
+            arriving_match.ack.eq(is_ack),
+            arriving_match.data.eq(roce4 & ~is_ack & data_hit.any()),
+            arriving_match.control.eq((arriving.ip_version == 4) & ~arriving.roce
+                                      & (arriving.ip_dst[:32] == sw_ip) & (arriving.ip_proto == 17)
+                                      & (arriving.udp_dport == ctl_port)),
+            matched.w_data.eq(Cat(arriving.as_value(), arriving_match)),
+            matched.w_en.eq(parser.hdr.valid), parser.hdr.ready.eq(matched.w_rdy),
+        ]
+
+        # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
+        h, hm = Signal(ParsedHeader), Signal(Match)
         Plan = data.StructLayout({
             "control": 1, "plain": 1, "ack": 1, "data": 1,
             "conn": conn_bits, "job": job_bits, "worker": worker_bits,
             "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
             "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
-            "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1,
+            "job_id": 16, "seq": 32,
+            "through": PSN_BITS, "advance": 1, "releases": 1, "oldest_message": range(J * K),
+            "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
+            "dup_length": 16,
         })
         look, plan = Signal(Plan), Signal(Plan)
         ip_src = h.ip_src[:32]
         roce4 = h.roce & (h.ip_version == 4)
-        data_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == req_ip[c]) & (h.bth_dest_qp == resp_qpn[c])
-                         for c in range(C)])
-        ack_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == resp_ip[c]) & (h.bth_dest_qp == req_qpn[c])
-                        for c in range(C)])
-        is_ack = roce4 & (h.bth_opcode == _ACKNOWLEDGE) & ack_hit.any()
-        conn = Signal(conn_bits)
-        for c in reversed(range(C)):
-            with m.If(Mux(is_ack, ack_hit[c], data_hit[c])):
-                m.d.comb += conn.eq(c)
+        conn = hm.conn
         conn_job, conn_worker = Signal(job_bits), Signal(worker_bits)
         m.d.comb += [conn_job.eq(conn // N), conn_worker.eq(conn % N)]
         opcode, psn = h.bth_opcode, h.bth_psn
@@ -366,28 +389,44 @@ class NetReduceSwitch(wiring.Component):
         in_slot = Signal(slot_bits)
         m.d.comb += [
             msg_index.eq(Mux(first, next_k[conn], cur_k[conn])),
-            packet_index.eq(Mux(first, 0, psn - wk_first[(conn_job * K + cur_k[conn]) * N + conn_worker])),
+            packet_index.eq(Mux(first, 0, psn - cur_first[conn])),
             in_slot.eq((conn_job * K + msg_index) * M + packet_index[:m_bits]),
         ]
         message = conn_job * K + msg_index
         length = h.payload_len
-        dup_found, dup_index0 = Signal(), Signal()
-        dup_slot = Signal(slot_bits)
-        for k in reversed(range(K)):
-            entry = (conn_job * K + k) * N + conn_worker
-            offset = Signal(PSN_BITS, name=f"dup_offset_{k}")
-            m.d.comb += offset.eq(psn - wk_first[entry])
-            held = msg_busy[conn_job * K + k] & wk_started[entry] & (offset < _HALF) & \
-                Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)
-            with m.If(held):
-                m.d.comb += [dup_found.eq(1), dup_index0.eq(offset == 0),
-                             dup_slot.eq((conn_job * K + k) * M + offset[:m_bits])]
+
+        # an ACK: the PSN it delivers through, whether that advances its connection, and whether the
+        # job's oldest message is then delivered to every worker (its results sent is checked at the commit)
+        through, advance = Signal(PSN_BITS), Signal()
+        syndrome = h.aeth_syndrome
         m.d.comb += [
-            look.control.eq((h.ip_version == 4) & ~h.roce & (h.ip_dst[:32] == sw_ip) & (h.ip_proto == 17)
-                            & (h.udp_dport == ctl_port)),
+            through.eq(Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)),
+            advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
+                       & ~_not_behind(delivered[conn], through)
+                       & _not_behind(expected[conn] - 1, through)),
+        ]
+
+        def delivered_oldest(job, acked_worker=None, acked_through=None):
+            """The job's oldest message (its index) and whether every worker has acknowledged it, with
+            ``acked_worker`` delivered through ``acked_through`` if given."""
+            oldest = job_oldest[job]
+            oldest_message = job * K + oldest[:k_bits]
+            ok = msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
+            for w in range(N):
+                entry = oldest_message * N + w
+                acked = delivered[job * N + w]
+                if acked_worker is not None:
+                    acked = Mux(acked_worker == w, acked_through, acked)
+                done = wk_closed[entry] & _not_behind(acked, wk_first[entry] + wk_count[entry] - 1)
+                ok &= (Const(w) >= job_n[job]) | done
+            return oldest_message, ok
+
+        look_oldest, look_releases = delivered_oldest(conn_job, Mux(advance, conn_worker, N), through)
+        m.d.comb += [
+            look.control.eq(hm.control),
             look.plain.eq(~roce4),
-            look.ack.eq(is_ack),
-            look.data.eq(roce4 & ~is_ack & data_hit.any()),
+            look.ack.eq(hm.ack),
+            look.data.eq(hm.data),
             look.conn.eq(conn), look.job.eq(conn_job), look.worker.eq(conn_worker),
             look.write_op.eq(Cat(*[opcode == op for op in _WRITE_OPCODES]).any()),
             look.gap.eq((distance != 0) & (distance < _HALF)),
@@ -399,11 +438,26 @@ class NetReduceSwitch(wiring.Component):
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
             look.credit_ok.eq(~first | (~(msg_busy[message] & (msg_seq[message] != next_seq[conn]))
                                         & ((next_seq[conn] - job_oldest[conn_job])[:32] < K))),
-            look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0) & (length <= job_mtu[conn_job])
-                              & ((pk_bitmap[in_slot] == 0) | (pk_len[in_slot] == length))),
-            look.dup_found.eq(dup_found), look.dup_slot.eq(dup_slot), look.dup_index0.eq(dup_index0),
-            look.dup_ready.eq(pk_ready[dup_slot]),
+            look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0)
+                              & (length <= job_mtu[conn_job])),
+            look.job_id.eq(job_id[conn_job]), look.seq.eq(next_seq[conn]),
+            look.through.eq(through), look.advance.eq(advance),
+            look.releases.eq(look_releases), look.oldest_message.eq(look_oldest),
         ]
+
+        # a retransmission (behind its connection): the message held in the window that has the PSN, if
+        # any (the rare case, so it takes two more clocks, DUP_SEARCH and DUP_READ)
+        dup_found, dup_index0 = Signal(), Signal()
+        dup_slot = Signal(slot_bits)
+        for k in reversed(range(K)):
+            entry = (plan.job * K + k) * N + plan.worker
+            offset = Signal(PSN_BITS, name=f"dup_offset_{k}")
+            m.d.comb += offset.eq(psn - wk_first[entry])
+            held = msg_busy[plan.job * K + k] & wk_started[entry] & (offset < _HALF) & \
+                Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)
+            with m.If(held):
+                m.d.comb += [dup_found.eq(1), dup_index0.eq(offset == 0),
+                             dup_slot.eq((plan.job * K + k) * M + offset[:m_bits])]
 
         # the path of the payload while it streams
         forwarding, contributing = Signal(), Signal()
@@ -439,8 +493,8 @@ class NetReduceSwitch(wiring.Component):
         agg_ok = ((stream_total >= 16)
                   & (_big_endian(window_byte, 0, 2) == AGG_MAGIC) & (_big_endian(window_byte, 2, 1) == AGG_VERSION)
                   & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
-                  & (_big_endian(window_byte, 4, 2) == job_id[plan.job])
-                  & (_big_endian(window_byte, 8, 4) == next_seq[plan.conn]))
+                  & (_big_endian(window_byte, 4, 2) == plan.job_id)
+                  & (_big_endian(window_byte, 8, 4) == plan.seq))
         # a control request: the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
         request_ok, request_job = Signal(), Signal(16)
         request_worker = Signal(8)
@@ -465,7 +519,9 @@ class NetReduceSwitch(wiring.Component):
                          & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        dup_length_ok = (length == pk_len[plan.dup_slot]) & (stream_total == pk_len[plan.dup_slot])
+        dup_length_ok = (length == plan.dup_length) & (stream_total == plan.dup_length)
+        # the packet slot takes this length (empty, or holding packets of the same length)
+        slot_fits = (pk_bitmap[plan.slot] == 0) | (pk_len[plan.slot] == length)
         Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT")
         outcome = Signal(range(len(Outcome)))
         drop_reason = Signal(range(len(COUNTERS)))
@@ -513,7 +569,7 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += decide("DROP", "drop_bad_header")
             with m.Elif(~plan.credit_ok):
                 m.d.comb += decide("DROP", "drop_no_credit")
-            with m.Elif(~plan.length_ok | (stream_total != length)):
+            with m.Elif(~plan.length_ok | ~slot_fits | (stream_total != length)):
                 m.d.comb += decide("DROP", "drop_bad_length")
             with m.Else():
                 m.d.comb += decide("CONTRIBUTE", "aggregated")
@@ -529,28 +585,13 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
-        # an ACK: the PSN it delivers through, and whether that advances its connection
-        through, advance = Signal(PSN_BITS), Signal()
-        syndrome = h.aeth_syndrome
-        m.d.comb += [
-            through.eq(Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)),
-            advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
-                       & ~_not_behind(delivered[plan.conn], through)
-                       & _not_behind(expected[plan.conn] - 1, through)),
-        ]
-        # the oldest message of the ACK's job is releasable (with the ACK's own advance already counted,
-        # so that the commit of an ACK that releases nothing goes straight on to the next frame)
+        # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
+        releases = plan.releases & (msg_unsent[plan.oldest_message] == 0)
+        # RELEASE frees messages while the oldest is delivered and its results have left
         release_job = plan.job
         oldest = job_oldest[release_job]
-        oldest_k = oldest[:k_bits]
-        oldest_message = release_job * K + oldest_k
-        releasable = (msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
-                      & (msg_unsent[oldest_message] == 0))
-        for w in range(N):
-            entry = oldest_message * N + w
-            acked = Mux(advance & (plan.worker == w), through, delivered[release_job * N + w])
-            done = wk_closed[entry] & _not_behind(acked, wk_first[entry] + wk_count[entry] - 1)
-            releasable &= (Const(w) >= job_n[release_job]) | done
+        oldest_message, delivered_now = delivered_oldest(release_job)
+        releasable = delivered_now & (msg_unsent[oldest_message] == 0)
 
         # only what this outcome queues needs room: a contribution that does not fill its slot
         # and a drop go through whatever the emitter is busy with
@@ -563,9 +604,11 @@ class NetReduceSwitch(wiring.Component):
         with m.FSM(name="monitor"):
             def take_header():
                 """Take the next frame's header (from IDLE, or in the clock of a commit)."""
-                m.d.comb += parser.hdr.ready.eq(1)
-                with m.If(parser.hdr.valid):
-                    m.d.sync += [h.eq(parser.hdr.payload), beat_index.eq(0), stream_bytes.eq(0),
+                m.d.comb += matched.r_en.eq(1)
+                with m.If(matched.r_rdy):
+                    taken_header = data.View(Matched, matched.r_data)
+                    m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
+                                 beat_index.eq(0), stream_bytes.eq(0),
                                  oversize.eq(0), window.eq(0)]
                     m.next = "LOOKUP"
 
@@ -573,6 +616,17 @@ class NetReduceSwitch(wiring.Component):
                 take_header()
             with m.State("LOOKUP"):
                 m.d.sync += plan.eq(look)
+                with m.If(look.data & look.write_op & look.behind):
+                    m.next = "DUP_SEARCH"
+                with m.Else():
+                    m.next = "STREAM"
+            with m.State("DUP_SEARCH"):
+                m.d.sync += [plan.dup_found.eq(dup_found), plan.dup_slot.eq(dup_slot),
+                             plan.dup_index0.eq(dup_index0)]
+                m.next = "DUP_READ"
+            with m.State("DUP_READ"):
+                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]), plan.dup_length.eq(pk_len[plan.dup_slot]),
+                             plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
                 m.next = "STREAM"
             with m.State("STREAM"):
                 # the last beat is taken only when what its outcome queues has room, and commits
@@ -606,7 +660,7 @@ class NetReduceSwitch(wiring.Component):
                         with m.If(outcome == O["DUPLICATE"]):
                             m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
                                          new_descriptor.kind.eq(DUPLICATE),
-                                         new_descriptor.rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot)),
+                                         new_descriptor.rslot.eq(plan.dup_rslot),
                                          new_descriptor.index0.eq(plan.dup_index0),
                                          new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
                                          new_descriptor.own.eq(window_now[:8 * _OWN_BYTES])]
@@ -618,9 +672,9 @@ class NetReduceSwitch(wiring.Component):
                             count("credits_sent")
                         with m.If(outcome == O["ACK"]):
                             count("acks_seen")
-                            with m.If(advance):
-                                m.d.sync += delivered[plan.conn].eq(through)
-                        with m.If((outcome == O["ACK"]) & releasable):
+                            with m.If(plan.advance):
+                                m.d.sync += delivered[plan.conn].eq(plan.through)
+                        with m.If((outcome == O["ACK"]) & releases):
                             m.next = "RELEASE"
                         with m.Else():
                             m.next = "IDLE"
@@ -635,7 +689,8 @@ class NetReduceSwitch(wiring.Component):
                             with m.If(plan.first):
                                 m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
                                              wk_started[entry].eq(1), wk_closed[entry].eq(0),
-                                             wk_first[entry].eq(psn), in_msg[c].eq(1), cur_k[c].eq(k)]
+                                             wk_first[entry].eq(psn), cur_first[c].eq(psn), in_msg[c].eq(1),
+                                             cur_k[c].eq(k)]
                             with m.If(plan.last):
                                 m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
                                              in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
