@@ -414,11 +414,11 @@ class NetReduceSwitch(wiring.Component):
             ok = msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
             for w in range(N):
                 entry = oldest_message * N + w
-                acked = delivered[job * N + w]
-                if acked_worker is not None:
-                    acked = Mux(acked_worker == w, acked_through, acked)
-                done = wk_closed[entry] & _not_behind(acked, wk_first[entry] + wk_count[entry] - 1)
-                ok &= (Const(w) >= job_n[job]) | done
+                last = wk_first[entry] + wk_count[entry] - 1
+                done = _not_behind(delivered[job * N + w], last)
+                if acked_worker is not None:      # both compares side by side, then the choice
+                    done = Mux(acked_worker == w, _not_behind(acked_through, last), done)
+                ok &= (Const(w) >= job_n[job]) | (wk_closed[entry] & done)
             return oldest_message, ok
 
         look_oldest, look_releases = delivered_oldest(conn_job, Mux(advance, conn_worker, N), through)
@@ -495,34 +495,39 @@ class NetReduceSwitch(wiring.Component):
                   & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
                   & (_big_endian(window_byte, 4, 2) == plan.job_id)
                   & (_big_endian(window_byte, 8, 4) == plan.seq))
-        # a control request: the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
-        request_ok, request_job = Signal(), Signal(16)
-        request_worker = Signal(8)
+        # a control request (the rare case: checked in two clocks of its own, CONTROL_PARSE and CONTROL,
+        # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
+        Request = data.StructLayout({"ok": 1, "found": 1, "j": job_bits, "worker": 8})
+        parsed_request, request = Signal(Request), Signal(Request)
+        request_job = Signal(16)
+
+        def kept_byte(i):
+            return window[8 * i:8 * i + 8]
+
         for vlan in (0, 1):
             at = 42 + 4 * vlan
             with m.If(h.vlan_valid == vlan):
                 m.d.comb += [
-                    request_ok.eq((stream_total >= at + 12)
-                                  & (_big_endian(window_byte, at, 2) == CONTROL_MAGIC)
-                                  & (_big_endian(window_byte, at + 2, 1) == CONTROL_VERSION)
-                                  & (_big_endian(window_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)),
-                    request_job.eq(_big_endian(window_byte, at + 4, 2)),
-                    request_worker.eq(_big_endian(window_byte, at + 6, 1)),
+                    parsed_request.ok.eq((stream_bytes >= at + 12)
+                                         & (_big_endian(kept_byte, at, 2) == CONTROL_MAGIC)
+                                         & (_big_endian(kept_byte, at + 2, 1) == CONTROL_VERSION)
+                                         & (_big_endian(kept_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)),
+                    request_job.eq(_big_endian(kept_byte, at + 4, 2)),
+                    parsed_request.worker.eq(_big_endian(kept_byte, at + 6, 1)),
                 ]
-        request_j = Signal(job_bits)
-        request_found = Signal()
         for j in reversed(range(J)):
             with m.If(job_valid[j] & (job_id[j] == request_job)):
-                m.d.comb += [request_j.eq(j), request_found.eq(1)]
+                m.d.comb += [parsed_request.j.eq(j), parsed_request.found.eq(1)]
+        request_j, request_worker = request.j, request.worker
         request_conn = request_j * N + request_worker[:worker_bits]
-        request_valid = (request_ok & request_found & (request_worker < job_n[request_j])
+        request_valid = (request.ok & request.found & (request_worker < job_n[request_j])
                          & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
         dup_length_ok = (length == plan.dup_length) & (stream_total == plan.dup_length)
         # the packet slot takes this length (empty, or holding packets of the same length)
         slot_fits = (pk_bitmap[plan.slot] == 0) | (pk_len[plan.slot] == length)
-        Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT")
+        Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
         outcome = Signal(range(len(Outcome)))
         drop_reason = Signal(range(len(COUNTERS)))
         O = {name: i for i, name in enumerate(Outcome)}
@@ -534,17 +539,20 @@ class NetReduceSwitch(wiring.Component):
                 assigns.append(drop_reason.eq(R[reason]))
             return assigns
 
-        with m.If(bad):
+        checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
+        with m.If(checking):
+            with m.If(request_valid):
+                m.d.comb += decide("CREDIT", "credit_requests")
+            with m.Else():
+                m.d.comb += decide("DROP", "drop_control")
+        with m.Elif(bad):
             m.d.comb += decide("DROP", "drop_bad_icrc")
             with m.If(verdict[0]):
                 m.d.comb += drop_reason.eq(R["drop_bad_checksum"])
         with m.Elif(oversize | too_long):
             m.d.comb += decide("DROP", "drop_oversize")
         with m.Elif(plan.control):
-            with m.If(request_valid):
-                m.d.comb += decide("CREDIT", "credit_requests")
-            with m.Else():
-                m.d.comb += decide("DROP", "drop_control")
+            m.d.comb += decide("CHECK")
         with m.Elif(plan.plain):
             m.d.comb += decide("FORWARD", "forwarded")
         with m.Elif(plan.ack):
@@ -593,13 +601,9 @@ class NetReduceSwitch(wiring.Component):
         oldest_message, delivered_now = delivered_oldest(release_job)
         releasable = delivered_now & (msg_unsent[oldest_message] == 0)
 
-        # only what this outcome queues needs room: a contribution that does not fill its slot
-        # and a drop go through whatever the emitter is busy with
-        needs_header = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK", "DUPLICATE")]).any()
-        completes = (outcome == O["CONTRIBUTE"]) & full
-        needs_descriptor = needs_header | completes | (outcome == O["CREDIT"])
-        room = ((descriptors.w_rdy | ~needs_descriptor) & (headers.w_rdy | ~needs_header)
-                & (sum_requests.w_rdy | ~completes))
+        # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
+        # so that taking the last beat does not wait on the outcome)
+        room = descriptors.w_rdy & headers.w_rdy & sum_requests.w_rdy
 
         with m.FSM(name="monitor"):
             def take_header():
@@ -612,8 +616,84 @@ class NetReduceSwitch(wiring.Component):
                                  oversize.eq(0), window.eq(0)]
                     m.next = "LOOKUP"
 
+            def commit(ring_written):
+                """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
+                m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
+                counter_array = Array(counters[name] for name in COUNTERS)
+                m.d.sync += counter_array[drop_reason].eq(counter_array[drop_reason] + 1)
+                goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
+                with m.If(goes_on):
+                    m.d.sync += ring_committed.eq(ring_cursor + ring_written)
+                    shifted = Signal(ParsedHeader)
+                    m.d.comb += [shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT)]
+                    m.d.comb += [headers.w_en.eq(1),
+                                 headers.w_data.eq(Mux(outcome == O["FORWARD_GAP"], shifted, h)),
+                                 new_descriptor.kind.eq(FORWARD), descriptors.w_en.eq(1)]
+                with m.Else():
+                    m.d.sync += ring_cursor.eq(ring_committed)
+                with m.If(outcome == O["DUPLICATE"]):
+                    m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
+                                 new_descriptor.kind.eq(DUPLICATE),
+                                 new_descriptor.rslot.eq(plan.dup_rslot),
+                                 new_descriptor.index0.eq(plan.dup_index0),
+                                 new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                                 new_descriptor.own.eq(window_now[:8 * _OWN_BYTES])]
+                with m.If(outcome == O["CREDIT"]):
+                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
+                                 new_descriptor.job.eq(request_j), new_descriptor.worker.eq(request_worker),
+                                 new_descriptor.all.eq(0), new_descriptor.workers.eq(job_n[request_j]),
+                                 new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
+                    count("credits_sent")
+                with m.If(outcome == O["ACK"]):
+                    count("acks_seen")
+                    with m.If(plan.advance):
+                        m.d.sync += delivered[plan.conn].eq(plan.through)
+                with m.If((outcome == O["ACK"]) & releases):
+                    m.next = "RELEASE"
+                with m.Else():
+                    m.next = "IDLE"
+                    take_header()
+                with m.If(outcome == O["CONTRIBUTE"]):
+                    c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
+                    entry = (j * K + k) * N + w
+                    m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
+                                 expected[c].eq(expected[c] + 1)]
+                    m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(slot * N + w), hs_w.data.header.eq(h),
+                                 hs_w.data.own.eq(window_now[:8 * _OWN_BYTES])]
+                    with m.If(plan.first):
+                        m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
+                                     wk_started[entry].eq(1), wk_closed[entry].eq(0),
+                                     wk_first[entry].eq(psn), cur_first[c].eq(psn), in_msg[c].eq(1),
+                                     cur_k[c].eq(k)]
+                    with m.If(plan.last):
+                        m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
+                                     in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
+                                     next_k[c].eq(next_k[c] + 1)]
+                    with m.If(full):
+                        m.d.sync += pk_ready[slot].eq(1)
+                        count("results_sent", job_n[j])
+                        m.d.comb += [
+                            unsent_add.eq(1), unsent_add_at.eq(j * K + k),
+                            sum_requests.w_en.eq(1),
+                            new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
+                            new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
+                            descriptors.w_en.eq(1), new_descriptor.kind.eq(RESULTS),
+                            new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
+                            new_descriptor.index0.eq(plan.index == 0),
+                            new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                            new_descriptor.job.eq(j), new_descriptor.k.eq(k),
+                            new_descriptor.workers.eq(job_n[j]),
+                        ]
+
             with m.State("IDLE"):
                 take_header()
+            with m.State("CONTROL_PARSE"):
+                m.d.sync += request.eq(parsed_request)
+                m.next = "CONTROL"
+            with m.State("CONTROL"):
+                m.d.comb += checking.eq(1)
+                with m.If(room):
+                    commit(0)
             with m.State("LOOKUP"):
                 m.d.sync += plan.eq(look)
                 with m.If(look.data & look.write_op & look.behind):
@@ -629,7 +709,8 @@ class NetReduceSwitch(wiring.Component):
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
                 m.next = "STREAM"
             with m.State("STREAM"):
-                # the last beat is taken only when what its outcome queues has room, and commits
+                # the last beat is taken only when the queues have room (see ``room``), and commits (a control
+                # frame's request is decided in CONTROL_PARSE and CONTROL)
                 m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room))
                 with m.If(parser.o.valid & parser.o.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now)]
@@ -643,73 +724,10 @@ class NetReduceSwitch(wiring.Component):
                                      ring_w.data.verdict.eq(beat.verdict.as_value())]
                         m.d.sync += ring_cursor.eq(ring_cursor + 1)
                     m.d.comb += write.valid.eq(contributing & (beat_index < Pb))
-                    with m.If(beat.last):
-                        m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
-                        counter_array = Array(counters[name] for name in COUNTERS)
-                        m.d.sync += counter_array[drop_reason].eq(counter_array[drop_reason] + 1)
-                        goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
-                        with m.If(goes_on):
-                            m.d.sync += ring_committed.eq(ring_cursor + ring_written)
-                            shifted = Signal(ParsedHeader)
-                            m.d.comb += [shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT)]
-                            m.d.comb += [headers.w_en.eq(1),
-                                         headers.w_data.eq(Mux(outcome == O["FORWARD_GAP"], shifted, h)),
-                                         new_descriptor.kind.eq(FORWARD), descriptors.w_en.eq(1)]
-                        with m.Else():
-                            m.d.sync += ring_cursor.eq(ring_committed)
-                        with m.If(outcome == O["DUPLICATE"]):
-                            m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
-                                         new_descriptor.kind.eq(DUPLICATE),
-                                         new_descriptor.rslot.eq(plan.dup_rslot),
-                                         new_descriptor.index0.eq(plan.dup_index0),
-                                         new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                                         new_descriptor.own.eq(window_now[:8 * _OWN_BYTES])]
-                        with m.If(outcome == O["CREDIT"]):
-                            m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
-                                         new_descriptor.job.eq(request_j), new_descriptor.worker.eq(request_worker),
-                                         new_descriptor.all.eq(0), new_descriptor.workers.eq(job_n[request_j]),
-                                         new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
-                            count("credits_sent")
-                        with m.If(outcome == O["ACK"]):
-                            count("acks_seen")
-                            with m.If(plan.advance):
-                                m.d.sync += delivered[plan.conn].eq(plan.through)
-                        with m.If((outcome == O["ACK"]) & releases):
-                            m.next = "RELEASE"
-                        with m.Else():
-                            m.next = "IDLE"
-                            take_header()
-                        with m.If(outcome == O["CONTRIBUTE"]):
-                            c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
-                            entry = (j * K + k) * N + w
-                            m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
-                                         expected[c].eq(expected[c] + 1)]
-                            m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(slot * N + w), hs_w.data.header.eq(h),
-                                         hs_w.data.own.eq(window_now[:8 * _OWN_BYTES])]
-                            with m.If(plan.first):
-                                m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
-                                             wk_started[entry].eq(1), wk_closed[entry].eq(0),
-                                             wk_first[entry].eq(psn), cur_first[c].eq(psn), in_msg[c].eq(1),
-                                             cur_k[c].eq(k)]
-                            with m.If(plan.last):
-                                m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
-                                             in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
-                                             next_k[c].eq(next_k[c] + 1)]
-                            with m.If(full):
-                                m.d.sync += pk_ready[slot].eq(1)
-                                count("results_sent", job_n[j])
-                                m.d.comb += [
-                                    unsent_add.eq(1), unsent_add_at.eq(j * K + k),
-                                    sum_requests.w_en.eq(1),
-                                    new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
-                                    new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
-                                    descriptors.w_en.eq(1), new_descriptor.kind.eq(RESULTS),
-                                    new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
-                                    new_descriptor.index0.eq(plan.index == 0),
-                                    new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                                    new_descriptor.job.eq(j), new_descriptor.k.eq(k),
-                                    new_descriptor.workers.eq(job_n[j]),
-                                ]
+                    with m.If(beat.last & (outcome == O["CHECK"])):
+                        m.next = "CONTROL_PARSE"
+                    with m.Elif(beat.last):
+                        commit(ring_written)
             with m.State("RELEASE"):
                 with m.If(~releasable):
                     m.next = "IDLE"
