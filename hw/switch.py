@@ -476,12 +476,21 @@ class NetReduceSwitch(wiring.Component):
         write = slots.write[0]
         m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
                      write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
-        # the frame so far with the beat on the parser's output: what the commit sees on the last beat
-        verdict, stream_total, too_long = Signal(3), Signal(16), Signal()
+        # the frame so far with the beat on the parser's output: what the commit sees on the last beat.
+        # The byte counts compare against what is left (registered) rather than add up the total first.
+        verdict, beat_bytes, stream_total, too_long = Signal(3), Signal(range(B + 1)), Signal(16), Signal()
+        length_left, frame_left = Signal(16), Signal(range(self.max_frame + 1))
         window_now = Signal(8 * _WINDOW_BYTES)
-        m.d.comb += [verdict.eq(beat.verdict.as_value()),
-                     stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))),
-                     too_long.eq(stream_total > self.max_frame), window_now.eq(window)]
+        lane_bits = exact_log2(B) + 1
+        m.d.comb += [verdict.eq(beat.verdict.as_value()), beat_bytes.eq(sum(beat.keep[i] for i in range(B))),
+                     stream_total.eq(stream_bytes + beat_bytes),
+                     too_long.eq((frame_left < B) & (beat_bytes > frame_left[:lane_bits])), window_now.eq(window)]
+        ends_at_length = length_left == beat_bytes         # the stream is ``length`` bytes long with this beat
+
+        def at_least(count):
+            """The stream is at least ``count`` bytes long with this beat."""
+            low = stream_bytes[:count.bit_length()]
+            return (stream_bytes >= count) | ((low + beat_bytes) >= count)
         for wb in range(max(1, _WINDOW_BYTES // B)):
             with m.If(beat_index == wb):
                 m.d.comb += window_now[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
@@ -490,7 +499,7 @@ class NetReduceSwitch(wiring.Component):
         def window_byte(i):
             return window_now[8 * i:8 * i + 8]
 
-        agg_ok = ((stream_total >= 16)
+        agg_ok = (at_least(16)
                   & (_big_endian(window_byte, 0, 2) == AGG_MAGIC) & (_big_endian(window_byte, 2, 1) == AGG_VERSION)
                   & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
                   & (_big_endian(window_byte, 4, 2) == plan.job_id)
@@ -524,7 +533,7 @@ class NetReduceSwitch(wiring.Component):
                          & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        dup_length_ok = (length == plan.dup_length) & (stream_total == plan.dup_length)
+        dup_length_ok = (length == plan.dup_length) & ends_at_length
         # the packet slot takes this length (empty, or holding packets of the same length)
         slot_fits = (pk_bitmap[plan.slot] == 0) | (pk_len[plan.slot] == length)
         Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
@@ -577,7 +586,7 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += decide("DROP", "drop_bad_header")
             with m.Elif(~plan.credit_ok):
                 m.d.comb += decide("DROP", "drop_no_credit")
-            with m.Elif(~plan.length_ok | ~slot_fits | (stream_total != length)):
+            with m.Elif(~plan.length_ok | ~slot_fits | ~ends_at_length):
                 m.d.comb += decide("DROP", "drop_bad_length")
             with m.Else():
                 m.d.comb += decide("CONTRIBUTE", "aggregated")
@@ -612,7 +621,8 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(matched.r_rdy):
                     taken_header = data.View(Matched, matched.r_data)
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
-                                 beat_index.eq(0), stream_bytes.eq(0),
+                                 beat_index.eq(0), stream_bytes.eq(0), length_left.eq(taken_header.header.payload_len),
+                                 frame_left.eq(self.max_frame),
                                  oversize.eq(0), window.eq(0)]
                     m.next = "LOOKUP"
 
@@ -713,7 +723,8 @@ class NetReduceSwitch(wiring.Component):
                 # frame's request is decided in CONTROL_PARSE and CONTROL)
                 m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room))
                 with m.If(parser.o.valid & parser.o.ready):
-                    m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now)]
+                    m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
+                                 length_left.eq(length_left - beat_bytes), frame_left.eq(frame_left - beat_bytes)]
                     with m.If(too_long):
                         m.d.sync += oversize.eq(1)
                     ring_written = forwarding & ~oversize & ~too_long

@@ -34,7 +34,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Harness", "synth_ecp5", "synth_xilinx_estimate", "run_yosys", "run_nextpnr_ecp5",
-           "SynthesisError"]
+           "SynthesisError", "logic_depths", "ECP5_LEVELS"]
 
 ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k", "um5g-45k",
                 "um5g-85k")
@@ -147,6 +147,110 @@ def _logged_fmax(log):
     return float(found[-1]) if found else None
 
 
+# Logic levels of each ECP5 cell arc for :func:`logic_depths`: a LUT4 (with its routing) is one level; the
+# slice muxes that build wider functions from LUT4s are short local arcs; a carry chain costs one level
+# to enter and little per cell along it; a LUTRAM read is a LUT.
+ECP5_LEVELS = {
+    "LUT4": {("A", "B", "C", "D"): 1.0},
+    "PFUMX": {("ALUT", "BLUT", "C0"): 0.3},
+    "L6MUX21": {("D0", "D1", "SD"): 0.3},
+    "CCU2C": {("CIN",): 0.1, ("A0", "B0", "C0", "D0", "A1", "B1", "C1", "D1"): 1.0},
+    "TRELLIS_DPR16X4": {("RAD",): 1.0},
+}
+_ECP5_OUTPUTS = {"LUT4": ("Z",), "PFUMX": ("Z",), "L6MUX21": ("Z",), "CCU2C": ("S0", "S1", "COUT"),
+                 "TRELLIS_DPR16X4": ("DO",)}
+
+
+def logic_depths(netlist, *, levels=ECP5_LEVELS, outputs=_ECP5_OUTPUTS, count=10):
+    """The deepest register inputs of a mapped Yosys JSON netlist (``netlist``: a path or the parsed
+    dict; the top module, or the only one): a timing picture in seconds where place and route takes an
+    hour.
+
+    Every path starts at a register output, a block RAM output or a port and ends at an input of a
+    flip-flop, block RAM or LUTRAM write port (cells not in ``levels`` are path ends). Its depth is
+    the sum of the ``levels`` of its arcs. Returns up to ``count`` endpoints, deepest first and one per
+    register (bits of one register count once): dicts with ``depth``, ``endpoint`` (the register's net
+    name, or the cell's) and ``path`` (the net names from the start, readable names preferred).
+    """
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    modules = netlist["modules"]
+    tops = [mod for mod in modules.values() if int(str(mod.get("attributes", {}).get("top", 0)), 2)]
+    module = tops[0] if tops else next(iter(modules.values()))
+
+    def derived(label):             # names Yosys made from cell pins count after those of the source
+        return (len(re.findall(r"_(?:LUT4|PFUMX|L6MUX21|CCU2C|TRELLIS_FF)_", label)), len(label))
+
+    bit_names = {}
+    for net_name, info in module.get("netnames", {}).items():
+        wide = len(info["bits"]) > 1
+        for i, bit in enumerate(info["bits"]):
+            if isinstance(bit, int):
+                label = f"{net_name}[{i}]" if wide else net_name
+                if bit not in bit_names or derived(label) < derived(bit_names[bit]):
+                    bit_names[bit] = label
+
+    def name(bit):
+        return bit_names.get(bit, f"bit {bit}")
+
+    arcs, ends = {}, []
+    for cell_name, cell in module.get("cells", {}).items():
+        kind, pins = cell["type"], cell["connections"]
+        if kind in levels:
+            for out_pin in outputs[kind]:
+                for out in pins.get(out_pin, []):
+                    if isinstance(out, int):
+                        arcs.setdefault(out, []).extend(
+                            (bit, level) for ins, level in levels[kind].items() for pin in ins
+                            for bit in pins.get(pin, []) if isinstance(bit, int))
+            if kind == "TRELLIS_DPR16X4":
+                ends.extend((bit, f"LUTRAM {cell_name}") for pin in ("WAD", "DI", "WRE")
+                            for bit in pins.get(pin, []) if isinstance(bit, int))
+        else:
+            directions = cell.get("port_directions", {})
+            q = [bit for pin in ("Q",) for bit in pins.get(pin, []) if isinstance(bit, int)]
+            label = name(q[0]) if q else cell_name
+            ends.extend((bit, label) for pin, bits in pins.items()
+                        if directions.get(pin) == "input" and not pin.startswith("CLK")
+                        for bit in bits if isinstance(bit, int))
+
+    depth, via = {}, {}
+    for start, _ in ends:           # iterative longest path (the netlists have tens of thousands of cells)
+        stack = [start]
+        while stack:
+            bit = stack[-1]
+            if bit in depth:
+                stack.pop()
+                continue
+            pending = [src for src, _ in arcs.get(bit, ()) if src not in depth]
+            if pending:
+                stack.extend(pending)
+                continue
+            best, came = 0.0, None
+            for src, level in arcs.get(bit, ()):
+                if depth[src] + level > best:
+                    best, came = depth[src] + level, src
+            depth[bit], via[bit] = best, came
+            stack.pop()
+
+    def register(label):
+        return re.sub(r"\[\d+\]$", "", label)
+
+    found, seen = [], set()
+    for bit, label in sorted(ends, key=lambda end: -depth[end[0]]):
+        if register(label) in seen:
+            continue
+        seen.add(register(label))
+        path, at = [], bit
+        while at is not None:
+            path.append(name(at))
+            at = via.get(at)
+        found.append({"depth": round(depth[bit], 1), "endpoint": label, "path": path[::-1]})
+        if len(found) == count:
+            break
+    return found
+
+
 def _safe_name(name):
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"module name {name!r} must be a Verilog identifier")
@@ -161,7 +265,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     ``fmax_mhz`` (nextpnr's achieved Fmax of ``clk`` for the placed and routed harness),
     ``freq_mhz`` (the constraint), ``met`` (Fmax >= constraint), ``placed_luts``, ``placed_ffs``
     (the whole harness after placement), ``routed``, ``device``, ``package``, ``speed``, ``seconds``,
-    ``work_dir``. With ``route=False`` nextpnr stops after placement and ``fmax_mhz`` is its estimate
+    ``work_dir``, ``deepest`` (the ten deepest register inputs of the harness by :func:`logic_depths`:
+    ``depth``, ``endpoint``, ``from``). With ``route=False`` nextpnr stops after placement and ``fmax_mhz`` is its estimate
     from the placed design (wire delays estimated, not routed): for designs whose routing takes hours.
     Raises :class:`SynthesisError` when a tool fails.
     """
@@ -197,6 +302,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     if fmax is None:        # without routing the report has no Fmax: the placer's estimate from the log
         fmax = _logged_fmax((work / "nextpnr.log").read_text(errors="replace"))
     util = report.get("utilization", {})
+    deepest = [{"depth": end["depth"], "endpoint": end["endpoint"], "from": end["path"][0]}
+               for end in logic_depths(work / f"{top}.json", count=10)]
     luts = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
     result = {
         "luts": luts,
@@ -210,6 +317,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
         "placed_luts": util.get("TRELLIS_COMB", {}).get("used"),
         "placed_ffs": util.get("TRELLIS_FF", {}).get("used"),
         "routed": route,
+        "deepest": deepest,
         "device": f"LFE5U-{device.upper()}", "package": package, "speed": speed,
         "seconds": round(time.monotonic() - start, 1),
         "work_dir": str(work),

@@ -14,3 +14,39 @@ def test_the_last_estimate_for_clk_is_taken():
 
 def test_no_estimate_is_none():
     assert _logged_fmax("Info: Program finished normally.\n") is None
+
+
+# --- logic_depths on a hand-made mapped netlist -------------------------------------------------------------
+# reg_a -> LUT4 -> PFUMX -> LUT4 -> reg_b.DI (depth 1 + 0.3 + 1); reg_a -> carry chain of two CCU2C ->
+# reg_c.DI (1 to enter, 0.1 along); reg_b -> reg_a.DI directly (depth 0).
+
+def _ff(d, q):
+    return {"type": "TRELLIS_FF", "port_directions": {"CLK": "input", "DI": "input", "Q": "output"},
+            "connections": {"CLK": [2], "DI": [d], "Q": [q]}}
+
+
+NETLIST = {"modules": {"top": {
+    "attributes": {"top": "00000000000000000000000000000001"},
+    "netnames": {
+        "reg_a": {"bits": [10]}, "reg_b": {"bits": [11]}, "reg_c": {"bits": [12]},
+        "lut_out": {"bits": [20]}, "mux_out": {"bits": [21]}, "reg_b_TRELLIS_FF_Q_DI": {"bits": [22]},
+        "carry": {"bits": [30, 31]}, "sum": {"bits": [32]},
+    },
+    "cells": {
+        "ff_a": _ff(11, 10), "ff_b": _ff(22, 11), "ff_c": _ff(32, 12),
+        "lut1": {"type": "LUT4", "connections": {"A": [10], "B": ["0"], "C": ["0"], "D": ["0"], "Z": [20]}},
+        "mux": {"type": "PFUMX", "connections": {"ALUT": [20], "BLUT": ["1"], "C0": [10], "Z": [21]}},
+        "lut2": {"type": "LUT4", "connections": {"A": [21], "B": [10], "C": ["0"], "D": ["0"], "Z": [22]}},
+        "cc0": {"type": "CCU2C", "connections": {"A0": [10], "CIN": ["0"], "COUT": [30], "S0": [], "S1": []}},
+        "cc1": {"type": "CCU2C", "connections": {"CIN": [30], "A0": ["0"], "COUT": [31], "S0": [32], "S1": []}},
+    },
+}}}
+
+
+def test_logic_depths_counts_levels_to_each_register():
+    from netreduce.synth import logic_depths
+    ends = logic_depths(NETLIST)
+    assert [(e["endpoint"], e["depth"]) for e in ends] == [("reg_b", 2.3), ("reg_c", 1.1), ("reg_a", 0.0)]
+    assert ends[0]["path"] == ["reg_a", "lut_out", "mux_out", "reg_b_TRELLIS_FF_Q_DI"]
+    assert ends[1]["path"] == ["reg_a", "carry[0]", "sum"]
+    assert len(logic_depths(NETLIST, count=1)) == 1
