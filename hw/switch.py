@@ -233,8 +233,14 @@ class NetReduceSwitch(wiring.Component):
                                          - (unsent_sub & (unsent_sub_at == i)))
         counters = {name: Signal(32, name=f"count_{name}") for name in COUNTERS}
 
+        # each counter adds, a clock after the event, what the event's clock set (nothing reads a counter
+        # sooner than the control registers do): the commit's decision does not run into 32-bit adders
+        counted = {name: Signal(range(N + 2), name=f"counted_{name}") for name in COUNTERS}
+        for name in COUNTERS:
+            m.d.sync += [counters[name].eq(counters[name] + counted[name]), counted[name].eq(0)]
+
         def count(name, amount=1):
-            m.d.sync += counters[name].eq(counters[name] + amount)
+            m.d.sync += counted[name].eq(amount)
 
         def workers_mask(j):
             return Cat(*[Const(w) < job_n[j] for w in range(N)])
@@ -363,12 +369,13 @@ class NetReduceSwitch(wiring.Component):
         ]
 
         # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
-        h, hm = Signal(ParsedHeader), Signal(Match)
+        h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
         Plan = data.StructLayout({
             "control": 1, "plain": 1, "ack": 1, "data": 1,
             "conn": conn_bits, "job": job_bits, "worker": worker_bits,
             "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
             "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
+            "slot_fits": 1, "bitmap": N, "full": 1, "rslot": slot_bits + 1,
             "job_id": 16, "seq": 32,
             "through": PSN_BITS, "advance": 1, "releases": 1, "oldest_message": range(J * K),
             "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
@@ -440,6 +447,12 @@ class NetReduceSwitch(wiring.Component):
                                         & ((next_seq[conn] - job_oldest[conn_job])[:32] < K))),
             look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0)
                               & (length <= job_mtu[conn_job])),
+            # the packet slot: it takes this length (empty, or holding packets of the same length), the
+            # bitmap with this worker, whether that completes it, and its result slot
+            look.slot_fits.eq((pk_bitmap[in_slot] == 0) | (pk_len[in_slot] == length)),
+            look.bitmap.eq(pk_bitmap[in_slot] | (Const(1, N) << conn_worker)),
+            look.full.eq((pk_bitmap[in_slot] | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
+            look.rslot.eq(Cat(pk_gen[in_slot], in_slot)),
             look.job_id.eq(job_id[conn_job]), look.seq.eq(next_seq[conn]),
             look.through.eq(through), look.advance.eq(advance),
             look.releases.eq(look_releases), look.oldest_message.eq(look_oldest),
@@ -534,8 +547,6 @@ class NetReduceSwitch(wiring.Component):
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
         dup_length_ok = (length == plan.dup_length) & ends_at_length
-        # the packet slot takes this length (empty, or holding packets of the same length)
-        slot_fits = (pk_bitmap[plan.slot] == 0) | (pk_len[plan.slot] == length)
         Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
         outcome = Signal(range(len(Outcome)))
         drop_reason = Signal(range(len(COUNTERS)))
@@ -586,7 +597,7 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += decide("DROP", "drop_bad_header")
             with m.Elif(~plan.credit_ok):
                 m.d.comb += decide("DROP", "drop_no_credit")
-            with m.Elif(~plan.length_ok | ~slot_fits | ~ends_at_length):
+            with m.Elif(~plan.length_ok | ~plan.slot_fits | ~ends_at_length):
                 m.d.comb += decide("DROP", "drop_bad_length")
             with m.Else():
                 m.d.comb += decide("CONTRIBUTE", "aggregated")
@@ -595,9 +606,7 @@ class NetReduceSwitch(wiring.Component):
 
         # the contribution's effects
         slot = plan.slot
-        bitmap = pk_bitmap[slot] | (Const(1, N) << plan.worker)
-        full = bitmap == workers_mask(plan.job)
-        result_slot = Cat(pk_gen[slot], slot)
+        bitmap, full, result_slot = plan.bitmap, plan.full, plan.rslot
         packet_beats = Signal(beat_bits + 1)
         m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
 
@@ -628,9 +637,8 @@ class NetReduceSwitch(wiring.Component):
 
             def commit(ring_written):
                 """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
-                m.d.sync += [counters["frames_in"].eq(counters["frames_in"] + 1)]
-                counter_array = Array(counters[name] for name in COUNTERS)
-                m.d.sync += counter_array[drop_reason].eq(counter_array[drop_reason] + 1)
+                count("frames_in")
+                m.d.sync += Array(counted[name] for name in COUNTERS)[drop_reason].eq(1)
                 goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
                 with m.If(goes_on):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
@@ -770,7 +778,7 @@ class NetReduceSwitch(wiring.Component):
         Descriptor, hs_r, own_r, ring_r = env["Descriptor"], env["hs_r"], env["own_r"], env["ring_r"]
         ring_read, ring_committed, ring_bits = env["ring_read"], env["ring_committed"], env["ring_bits"]
         req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
-        sw_mac, sw_ip, ctl_port, counters = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["counters"]
+        sw_mac, sw_ip, ctl_port, count = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["count"]
         unsent_sub, unsent_sub_at, K = env["unsent_sub"], env["unsent_sub_at"], self.message_slots
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
 
@@ -837,9 +845,14 @@ class NetReduceSwitch(wiring.Component):
         control = Signal(8 * B * control_beats)
         control_beat = Signal(range(control_beats + 1))
         control_active = Signal()
+        # the IPv4 checksum of each connection's control frames depends on configuration only: registered
+        checksums = Array(Signal(16, name=f"control_checksum_{c}") for c in range(self.connections))
+        for c in range(self.connections):
+            m.d.sync += checksums[c].eq(self._ipv4_checksum(m, sw_ip, req_ip[c]))
         conn = nx.job * N + nx_worker
-        frame = self._control_frame(m, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw_mac, src_ip=sw_ip,
-                                    port=ctl_port, job=job_id[nx.job], worker=nx_worker, value=nx.value)
+        frame = self._control_frame(dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw_mac, src_ip=sw_ip,
+                                    checksum=checksums[conn], port=ctl_port, job=job_id[nx.job], worker=nx_worker,
+                                    value=nx.value)
         control_start = start & (nx.kind == CREDITS)
         control_words = Array(control[i * W:(i + 1) * W] for i in range(control_beats))
         last_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
@@ -875,7 +888,6 @@ class NetReduceSwitch(wiring.Component):
         # every frame's header record as early as it takes them (its plan FIFO holds the next ones), the
         # payload sequencer streams the payloads behind them.
         hdr = deparser.hdr
-        count_out = counters["frames_out"]
         incoming = data.View(Descriptor, descriptors.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
@@ -883,7 +895,7 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [hs_r.en.eq(store_read), hs_r.addr.eq(h_desc.slot * N + h_worker),
                      payload_jobs.w_data.eq(descriptors.r_data)]
         with m.If(hdr.valid & hdr.ready):
-            m.d.sync += count_out.eq(count_out + 1)
+            count("frames_out")
         h_more = h_worker + 1 < h_desc.workers
         with m.FSM(name="headers"):
             with m.State("TAKE"):
@@ -964,7 +976,20 @@ class NetReduceSwitch(wiring.Component):
                     with m.Else():
                         dispatch()
 
-    def _control_frame(self, m, *, dst_mac, dst_ip, src_mac, src_ip, port, job, worker, value):
+    _IPV4_FIXED = 0x4500 + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 header words
+
+    @classmethod
+    def _ipv4_checksum(cls, m, src_ip, dst_ip):
+        """The IPv4 header checksum of a control frame: the constant words, then the addresses, folded twice."""
+        total, once, checksum = Signal(20), Signal(17), Signal(16)
+        m.d.comb += [
+            total.eq(cls._IPV4_FIXED + src_ip[16:] + src_ip[:16] + dst_ip[16:] + dst_ip[:16]),
+            once.eq(total[:16] + total[16:]),
+            checksum.eq(~(once[:16] + once[16:])),
+        ]
+        return checksum
+
+    def _control_frame(self, *, dst_mac, dst_ip, src_mac, src_ip, checksum, port, job, worker, value):
         """A CREDIT control frame (``netreduce.host.protocol.build_control_frame``), zero-padded to whole
         beats: byte ``i`` in bits ``8i..8i+7``."""
         def big_endian(v, n):
@@ -975,14 +1000,6 @@ class NetReduceSwitch(wiring.Component):
         def constant(v, n):
             return [Const((v >> 8 * (n - 1 - i)) & 0xFF, 8) for i in range(n)]
 
-        # IPv4 header checksum: the constant words, then the addresses, folded twice
-        fixed = 0x4500 + 40 + 0x4000 + ((64 << 8) | 17)
-        total, once, checksum = Signal(20), Signal(17), Signal(16)
-        m.d.comb += [
-            total.eq(fixed + src_ip[16:] + src_ip[:16] + dst_ip[16:] + dst_ip[:16]),
-            once.eq(total[:16] + total[16:]),
-            checksum.eq(~(once[:16] + once[16:])),
-        ]
         octets = (big_endian(dst_mac, 6) + big_endian(src_mac, 6) + constant(ETHERTYPE_IPV4, 2)
                   + constant(0x4500, 2) + constant(40, 2) + constant(0, 2) + constant(0x4000, 2)
                   + constant((64 << 8) | 17, 2) + big_endian(checksum, 2) + big_endian(src_ip, 4)
