@@ -489,21 +489,30 @@ class NetReduceSwitch(wiring.Component):
         write = slots.write[0]
         m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
                      write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
-        # the frame so far with the beat on the parser's output: what the commit sees on the last beat.
-        # The byte counts compare against what is left (registered) rather than add up the total first.
-        verdict, beat_bytes, stream_total, too_long = Signal(3), Signal(range(B + 1)), Signal(16), Signal()
-        length_left, frame_left = Signal(16), Signal(range(self.max_frame + 1))
+        # the frame so far with the beat on the parser's output: what the commit sees on the last beat
+        verdict, stream_total = Signal(3), Signal(16)
         window_now = Signal(8 * _WINDOW_BYTES)
-        lane_bits = exact_log2(B) + 1
-        m.d.comb += [verdict.eq(beat.verdict.as_value()), beat_bytes.eq(sum(beat.keep[i] for i in range(B))),
-                     stream_total.eq(stream_bytes + beat_bytes),
-                     too_long.eq((frame_left < B) & (beat_bytes > frame_left[:lane_bits])), window_now.eq(window)]
-        ends_at_length = length_left == beat_bytes         # the stream is ``length`` bytes long with this beat
+        m.d.comb += [verdict.eq(beat.verdict.as_value()),
+                     stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
 
-        def at_least(count):
-            """The stream is at least ``count`` bytes long with this beat."""
-            low = stream_bytes[:count.bit_length()]
-            return (stream_bytes >= count) | ((low + beat_bytes) >= count)
+        # Byte counts at the commit, without adding up: whether the frame reaches ``total`` bytes with this
+        # beat is registered from the bytes before it as "reached already" and the one keep lane that
+        # would reach it (keep is contiguous), set when a header is taken and after every beat.
+        marks_at_take, marks_after_beat = [], []
+
+        def reaches(name, total_of_next_frame, total):
+            reached, lanes = Signal(name=f"{name}_reached"), Signal(B, name=f"{name}_lane")
+
+            def marks(target, so_far):
+                return [reached.eq(so_far >= target), lanes.eq(Cat(*[target - so_far == i + 1 for i in range(B)]))]
+            marks_at_take.extend(marks(total_of_next_frame, 0))
+            marks_after_beat.extend(marks(total, stream_total))
+            return reached | (beat.keep & lanes).any()
+
+        next_length = data.View(Matched, matched.r_data).header.payload_len
+        too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
+        ends_at_length = (reaches("at_length", next_length, length)
+                          & ~reaches("past_length", next_length + 1, length + 1))
         for wb in range(max(1, _WINDOW_BYTES // B)):
             with m.If(beat_index == wb):
                 m.d.comb += window_now[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
@@ -512,7 +521,7 @@ class NetReduceSwitch(wiring.Component):
         def window_byte(i):
             return window_now[8 * i:8 * i + 8]
 
-        agg_ok = (at_least(16)
+        agg_ok = (reaches("aggregation_header", 16, 16)
                   & (_big_endian(window_byte, 0, 2) == AGG_MAGIC) & (_big_endian(window_byte, 2, 1) == AGG_VERSION)
                   & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
                   & (_big_endian(window_byte, 4, 2) == plan.job_id)
@@ -630,8 +639,7 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(matched.r_rdy):
                     taken_header = data.View(Matched, matched.r_data)
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
-                                 beat_index.eq(0), stream_bytes.eq(0), length_left.eq(taken_header.header.payload_len),
-                                 frame_left.eq(self.max_frame),
+                                 beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
                                  oversize.eq(0), window.eq(0)]
                     m.next = "LOOKUP"
 
@@ -732,7 +740,7 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room))
                 with m.If(parser.o.valid & parser.o.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
-                                 length_left.eq(length_left - beat_bytes), frame_left.eq(frame_left - beat_bytes)]
+                                 *marks_after_beat]
                     with m.If(too_long):
                         m.d.sync += oversize.eq(1)
                     ring_written = forwarding & ~oversize & ~too_long
