@@ -21,7 +21,9 @@
   (``SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs, its slot, result and header memories
   take 262 DP16KD block RAMs, more than the 208 of the device (Yosys ``synth_ecp5``). With
   ``--no-route`` nextpnr stops after placement and the Fmax is its estimate (routing this build with
-  the WebAssembly nextpnr took over an hour without finishing).
+  the WebAssembly nextpnr took over an hour without finishing). ``deepest`` lists the ten deepest
+  register inputs in logic levels (``netreduce.synth.logic_depths``: a LUT4 is one level), the paths
+  to shorten next. ``--width`` with no width runs the synthesis alone.
 """
 
 import argparse
@@ -77,7 +79,8 @@ def measure(width, workers, nbytes):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, nargs="+", default=[64, 512], choices=(64, 512))
+    parser.add_argument("--width", type=int, nargs="*", default=[64, 512], choices=(64, 512),
+                        help="widths of the throughput runs (none: only --synth)")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")

@@ -7,14 +7,18 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
    share one port's worth; docs "Open items").
 1. *parse*: ``RoceParser`` gives each frame's header record, then its payload stream with the verdicts.
-2. *monitor*, one frame at a time: ``IDLE`` takes the header, ``LOOKUP`` plans the frame from the header
-   and the connection state (registered), ``STREAM`` takes the payload at one beat per clock into the
-   packet ring (frames that go on) or into the worker's bank of the slot memory (contributions), and
-   keeps its first 64 bytes. The last beat commits in its own clock: the outcome, from the verdicts and
-   the aggregation header or control request (the beat on the parser's output with what was kept),
-   applied to counters, state, bitmap, header store, descriptors and sum request; the next header is
-   taken in the same clock. ``RELEASE`` (after an ACK that makes the oldest message releasable) frees
-   the job's delivered messages and queues their credits.
+2. *monitor*, one frame at a time. Each header's connection match (configuration only) runs ahead, as
+   headers arrive, into the ``matched`` FIFO. ``IDLE`` takes a header, ``LOOKUP`` plans the frame from
+   the header, its match and the connection and slot state (registered), ``STREAM`` takes the payload at
+   one beat per clock into the packet ring (frames that go on) or into the worker's bank of the slot
+   memory (contributions), checks the aggregation header lane by lane as it passes and keeps the first
+   64 bytes. The last beat commits in its own clock: the outcome, from the verdicts, the byte counts
+   (registered marks) and the plan, applied to state, bitmap, header store, descriptors and sum
+   request; the next header is taken in the same clock; counters add a clock later. Rare cases take
+   clocks of their own: ``DUP_SEARCH`` and ``DUP_READ`` (a retransmission: the held message that has
+   its PSN), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a credit request), ``RELEASE``
+   (after an ACK that makes the oldest message delivered: frees the job's delivered messages and
+   queues their credits).
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
    only where the worker's bit is clear.
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
@@ -518,15 +522,30 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += window_now[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
 
         # --- monitor: the outcome at the commit ------------------------------------------------------------------
-        def window_byte(i):
-            return window_now[8 * i:8 * i + 8]
+        # The aggregation header is checked lane by lane as its bytes pass, against the bytes expected at
+        # the beat's positions (registered for the beat to come, from the plan), the beats before registered.
+        def expected_header(job, seq):
+            """The checked bytes of the aggregation header (None: not checked)."""
+            def big(value, count):
+                return [Value.cast(value)[8 * (count - 1 - i):8 * (count - i)] for i in range(count)]
+            return ([Const(AGG_MAGIC >> 8, 8), Const(AGG_MAGIC & 0xFF, 8), Const(AGG_VERSION, 8),
+                     Const(DTYPE_CODES[self.dtype], 8)] + big(job, 2) + [None, None] + big(seq, 4))
 
-        agg_ok = (reaches("aggregation_header", 16, 16)
-                  & (_big_endian(window_byte, 0, 2) == AGG_MAGIC) & (_big_endian(window_byte, 2, 1) == AGG_VERSION)
-                  & (_big_endian(window_byte, 3, 1) == DTYPE_CODES[self.dtype])
-                  & (_big_endian(window_byte, 4, 2) == plan.job_id)
-                  & (_big_endian(window_byte, 8, 4) == plan.seq))
-        # a control request (the rare case: checked in two clocks of its own, CONTROL_PARSE and CONTROL,
+        header_beats = -(-len(expected_header(0, 0)) // B)
+        agg_expect, agg_lanes, agg_so_far = Signal(W), Signal(B), Signal()
+
+        def expect_beat(number, job, seq):
+            """Set the expected bytes and checked lanes for payload beat ``number``."""
+            expected = expected_header(job, seq)
+            lanes = [number * B + lane for lane in range(B)]
+            checked = [i < len(expected) and expected[i] is not None for i in lanes]
+            return [agg_lanes.eq(Cat(*[Const(c) for c in checked])),
+                    agg_expect.eq(Cat(*[expected[i] if c else Const(0, 8) for i, c in zip(lanes, checked)]))]
+
+        agg_beat_ok = Cat(*[(beat.data[8 * lane:8 * lane + 8] == agg_expect[8 * lane:8 * lane + 8]) | ~agg_lanes[lane]
+                            for lane in range(B)]).all()
+        agg_ok = reaches("aggregation_header", 16, 16) & agg_so_far & agg_beat_ok
+        # a control request (the rare case: checked in clocks of its own, CONTROL_PARSE, CONTROL_CHECK, CONTROL,
         # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
         Request = data.StructLayout({"ok": 1, "found": 1, "j": job_bits, "worker": 8})
         parsed_request, request = Signal(Request), Signal(Request)
@@ -551,8 +570,9 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += [parsed_request.j.eq(j), parsed_request.found.eq(1)]
         request_j, request_worker = request.j, request.worker
         request_conn = request_j * N + request_worker[:worker_bits]
-        request_valid = (request.ok & request.found & (request_worker < job_n[request_j])
-                         & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
+        request_valid = Signal()       # registered in CONTROL_CHECK
+        request_found_valid = (request.ok & request.found & (request_worker < job_n[request_j])
+                               & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
         dup_length_ok = (length == plan.dup_length) & ends_at_length
@@ -715,13 +735,16 @@ class NetReduceSwitch(wiring.Component):
                 take_header()
             with m.State("CONTROL_PARSE"):
                 m.d.sync += request.eq(parsed_request)
+                m.next = "CONTROL_CHECK"
+            with m.State("CONTROL_CHECK"):
+                m.d.sync += request_valid.eq(request_found_valid)
                 m.next = "CONTROL"
             with m.State("CONTROL"):
                 m.d.comb += checking.eq(1)
                 with m.If(room):
                     commit(0)
             with m.State("LOOKUP"):
-                m.d.sync += plan.eq(look)
+                m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq)]
                 with m.If(look.data & look.write_op & look.behind):
                     m.next = "DUP_SEARCH"
                 with m.Else():
@@ -736,11 +759,15 @@ class NetReduceSwitch(wiring.Component):
                 m.next = "STREAM"
             with m.State("STREAM"):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
-                # frame's request is decided in CONTROL_PARSE and CONTROL)
+                # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
                 m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room))
                 with m.If(parser.o.valid & parser.o.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
-                                 *marks_after_beat]
+                                 *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
+                    m.d.sync += expect_beat(header_beats, plan.job_id, plan.seq)     # no lane checked
+                    for number in range(1, header_beats):
+                        with m.If(beat_index + 1 == number):
+                            m.d.sync += expect_beat(number, plan.job_id, plan.seq)
                     with m.If(too_long):
                         m.d.sync += oversize.eq(1)
                     ring_written = forwarding & ~oversize & ~too_long
