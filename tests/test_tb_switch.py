@@ -97,11 +97,35 @@ def test_mac_models_at_line_rate_64(tmp_path):
     replay(tmp_path, scenario, "fp32x64", seed=9, mac=True)
 
 
+def wrong_aggregation_headers(network):
+    """Worker 1 of job 1 (its own address, QP and expected PSN) sends, between its messages, first packets
+    whose aggregation header names the wrong message or the wrong job (``drop_bad_header``)."""
+    worker = next(w for w in network.workers if w.job.job == 1 and w.index == 1)
+    host = next(h for h in network.hosts if h.address == worker.host)
+    remote = worker.requester.remote
+
+    def send(wrong):
+        state = network.engine.model.jobs[1].connections[1]       # the switch's view of the connection
+        if state.slot is not None:                                  # in a message: would pass through
+            return
+        header = AggHeader(job=0 if wrong == "job" else 1, msg_seq=state.next_seq + (wrong == "message"),
+                           elements=60)
+        host.send(build_roce_frame(0x0A, header.pack() + np.full(60, 1e30, np.float32).tobytes(),
+                                   reth=(0, 0, 256), eth_dst=remote.mac, src_ip=worker.host.ip, dst_ip=remote.ip,
+                                   dest_qp=remote.qpn, psn=state.expected), network.now)
+
+    for time in range(0, 400_000, 5_000):
+        network.at(time, send, "message" if time % 10_000 else "job")
+
+
 def test_credit_violation_spoofing_and_credit_requests_64(tmp_path):
-    scenario = record(workers=2, jobs=2, nbytes=40000, mtu=1024, credit_timeout_ns=5_000, seed=3,
-                      setup=greedy_and_spoofed)
+    def setup(network):
+        greedy_and_spoofed(network)
+        wrong_aggregation_headers(network)
+    scenario = record(workers=2, jobs=2, nbytes=40000, mtu=1024, credit_timeout_ns=5_000, seed=3, setup=setup)
     counters = scenario["counters"]
     assert counters["drop_no_credit"] > 0 and counters["credit_requests"] > 0
+    assert counters["drop_bad_header"] > 0
     replay(tmp_path, scenario, "fp32x64", idle=0.05, seed=3)
 
 
