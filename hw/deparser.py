@@ -13,6 +13,11 @@ bubbles between back-to-back frames):
                state over the zero bytes after the region in the beat that holds the ICRC (one fixed
                matrix per bit of that count, one stage each), and writes the ICRC into its placeholder,
                spilling into the next beat when it straddles two.
+
+No ``ready`` is a chain through the stages: the payload comes in through a FIFO (``i.ready`` is its
+registered room), the ICRC pipeline never stalls, and its beats go into an output FIFO that the merge
+stage may fill only while it holds a credit (one per free entry, counted in a register), so ``o.ready``
+reaches nothing but that FIFO.
 """
 
 from amaranth.hdl import C, Cat, Module, Mux, Signal
@@ -25,7 +30,7 @@ from ..wire import (AETH, BTH, DETH, ETH_MIN_FRAME, ETHERTYPE_VLAN, ICRC_BYTES, 
                     IPV6_HEADER, RETH, UDP_HEADER, header_bytes)
 from .crc import apply_taps, crc_update, icrc_beat_masks, rewind_taps
 from .parser import POS_BITS, keep_count, window_bytes_for
-from .stream import FrameBeat, check_width, frame_stream, header_stream, payload_stream
+from .stream import FrameBeat, PayloadBeat, check_width, frame_stream, header_stream, payload_stream
 
 __all__ = ["RoceDeparser", "serialize_header", "lanes_below"]
 
@@ -143,7 +148,6 @@ class RoceDeparser(wiring.Component):
 
     Ports: ``hdr`` (header records in), ``i`` (payload stream in, with the verdicts on its last beat: a
     RoCE frame whose verdicts are bad leaves with its ICRC inverted), ``o`` (frames).
-    ``latency`` is the number of pipeline registers between the merge stage and ``o``.
 
     ``whole_frames``: start a frame only when its payload's first beat is there. A source that then
     gives the payload at one beat per clock (the switch's stored payloads) gets frames that never
@@ -183,12 +187,25 @@ class RoceDeparser(wiring.Component):
             self.hdr.ready.eq(plans.w_rdy),
         ]
 
-        # --- the ICRC pipeline: stage 0 is the merge output, the last stage drives ``o`` -----------
+        # --- the ICRC pipeline: stage 0 is the merge output, the last stage feeds the output FIFO ---
         # 0: merge output, 1: CRC state, 2 .. 1 + R: rewound by bit 0 .. R - 1, last: ICRC written
         stages = [Signal(side, name=f"stage{k}") for k in range(self.rewind_stages + 3)]
         valid = [Signal(name=f"stage{k}_valid") for k in range(len(stages))]
-        advance = Signal()
-        m.d.comb += advance.eq(~valid[-1] | self.o.ready)
+
+        # The pipeline never stalls: a beat enters it only with a credit for an entry of the output FIFO.
+        # Credits come back one clock after ``o`` takes a beat; the FIFO shows a beat two clocks after its
+        # write, so ``len(stages) + 3`` entries keep one beat per clock going.
+        frame_fifo_depth = len(stages) + 4
+        m.submodules.frames = frames = SyncFIFOBuffered(width=FrameBeat(width).size, depth=frame_fifo_depth)
+        credits = Signal(range(frame_fifo_depth + 1), init=frame_fifo_depth)
+        returned = Signal()
+        m.d.comb += returned.eq(self.o.valid & self.o.ready)
+
+        # --- the payload comes in through a FIFO, so that ``i.ready`` is a register compare ---------
+        m.submodules.payloads = payloads = SyncFIFOBuffered(width=PayloadBeat(width).size, depth=4)
+        m.d.comb += [payloads.w_data.eq(self.i.payload), payloads.w_en.eq(self.i.valid),
+                     self.i.ready.eq(payloads.w_rdy)]
+        payload_in = data.View(PayloadBeat(width), payloads.r_data)
 
         # --- merge --------------------------------------------------------------------------------
         active = Signal()
@@ -207,13 +224,14 @@ class RoceDeparser(wiring.Component):
 
         shift = plan.length[0:lane_bits]
         header_beats = plan.length[lane_bits:]
-        beat_in = self.i.payload
+        beat_in = payload_in
         in_header = index < header_beats
         consume = ~payload_done & ~in_header
-        ready_to_emit = have_plan & (~consume | self.i.valid)
+        ready_to_emit = have_plan & (~consume | payloads.r_rdy)
         if self.whole_frames:
-            ready_to_emit &= active | self.i.valid
-        emit = ready_to_emit & advance
+            ready_to_emit &= active | payloads.r_rdy
+        emit = ready_to_emit & (credits != 0)
+        m.d.sync += credits.eq(credits - emit + returned)
 
         nkeep = keep_count(m, beat_in.keep, nbytes)
         end_now = Signal(POS_BITS)
@@ -254,29 +272,28 @@ class RoceDeparser(wiring.Component):
         stage0 = stages[0]
         m.d.comb += [
             plans.r_en.eq(emit & ~active),
-            self.i.ready.eq(emit & consume),
+            payloads.r_en.eq(emit & consume),
         ]
-        with m.If(advance):
-            m.d.sync += valid[0].eq(emit)
-            with m.If(emit):
-                m.d.sync += [
-                    stage0.beat.data.eq(out_data), stage0.beat.keep.eq(out_keep),
-                    stage0.beat.first.eq(index == 0), stage0.beat.last.eq(out_last),
-                    stage0.roce.eq(plan.roce), stage0.layout.eq(plan.layout), stage0.index.eq(index),
-                    stage0.icrc_here.eq(icrc_here), stage0.icrc_lane.eq(icrc_lane),
-                    stage0.rewind.eq(nbytes - icrc_lane), stage0.stomp.eq(stomp_now),
-                    stomp.eq(stomp_now),
-                    index.eq(Mux(out_last, 0, index + 1)),
-                    active.eq(~out_last),
-                    held.eq(plan),
-                    payload_done.eq(known & ~out_last),
-                    payload_end.eq(end_now),
-                    frame_end.eq(total_now),
-                ]
-                with m.If(consume):
-                    m.d.sync += prev.eq(beat_in.data)
-                with m.If(~consume):
-                    m.d.sync += prev.eq(0)
+        m.d.sync += valid[0].eq(emit)
+        with m.If(emit):
+            m.d.sync += [
+                stage0.beat.data.eq(out_data), stage0.beat.keep.eq(out_keep),
+                stage0.beat.first.eq(index == 0), stage0.beat.last.eq(out_last),
+                stage0.roce.eq(plan.roce), stage0.layout.eq(plan.layout), stage0.index.eq(index),
+                stage0.icrc_here.eq(icrc_here), stage0.icrc_lane.eq(icrc_lane),
+                stage0.rewind.eq(nbytes - icrc_lane), stage0.stomp.eq(stomp_now),
+                stomp.eq(stomp_now),
+                index.eq(Mux(out_last, 0, index + 1)),
+                active.eq(~out_last),
+                held.eq(plan),
+                payload_done.eq(known & ~out_last),
+                payload_end.eq(end_now),
+                frame_end.eq(total_now),
+            ]
+            with m.If(consume):
+                m.d.sync += prev.eq(beat_in.data)
+            with m.If(~consume):
+                m.d.sync += prev.eq(0)
 
         # --- icrc ---------------------------------------------------------------------------------
         crc = Signal(32)
@@ -284,16 +301,15 @@ class RoceDeparser(wiring.Component):
         masked = Signal(width)
         m.d.comb += masked.eq((stage0.beat.data & and_mask) | or_mask)
         crc_next = crc_update(m, Mux(stage0.beat.first, 0, crc), masked, nbytes)
-        with m.If(advance):
-            for k in range(1, len(stages)):
-                m.d.sync += [valid[k].eq(valid[k - 1]), stages[k].eq(stages[k - 1])]
-            with m.If(valid[0]):
-                m.d.sync += [crc.eq(crc_next), stages[1].state.eq(crc_next)]
-            for bit in range(self.rewind_stages):
-                src, dst = stages[1 + bit], stages[2 + bit]
-                rewound = Signal(32, name=f"rewound{bit}")
-                m.d.comb += rewound.eq(apply_taps(rewind_taps(1 << bit), src.state))
-                m.d.sync += dst.state.eq(Mux(src.rewind[bit], rewound, src.state))
+        for k in range(1, len(stages)):
+            m.d.sync += [valid[k].eq(valid[k - 1]), stages[k].eq(stages[k - 1])]
+        with m.If(valid[0]):
+            m.d.sync += [crc.eq(crc_next), stages[1].state.eq(crc_next)]
+        for bit in range(self.rewind_stages):
+            src, dst = stages[1 + bit], stages[2 + bit]
+            rewound = Signal(32, name=f"rewound{bit}")
+            m.d.comb += rewound.eq(apply_taps(rewind_taps(1 << bit), src.state))
+            m.d.sync += dst.state.eq(Mux(src.rewind[bit], rewound, src.state))
 
         # the last stage: write the ICRC (the complement of the rewound state, least significant byte
         # first) into its placeholder lanes, and the bytes that straddle into the next beat
@@ -315,7 +331,7 @@ class RoceDeparser(wiring.Component):
                 for count in range(1, ICRC_BYTES):
                     with m.Case(count):
                         m.d.comb += out_data[:8 * count].eq(spill_icrc[32 - 8 * count:])
-        with m.If(advance & valid[-2]):
+        with m.If(valid[-2]):
             with m.If(final_in.icrc_here & final_in.roce):
                 m.d.sync += [
                     spill_icrc.eq(icrc),
@@ -327,11 +343,10 @@ class RoceDeparser(wiring.Component):
             m.d.sync += stages[-1].beat.data.eq(out_data)
 
         m.d.comb += [
-            self.o.valid.eq(valid[-1]),
-            self.o.payload.data.eq(stages[-1].beat.data),
-            self.o.payload.keep.eq(stages[-1].beat.keep),
-            self.o.payload.first.eq(stages[-1].beat.first),
-            self.o.payload.last.eq(stages[-1].beat.last),
+            frames.w_en.eq(valid[-1]),
+            frames.w_data.eq(stages[-1].beat),
+            self.o.valid.eq(frames.r_rdy),
+            self.o.payload.eq(frames.r_data),
+            frames.r_en.eq(self.o.ready),
         ]
-        self.latency = len(stages)
         return m
