@@ -35,9 +35,11 @@ from .stream import FrameBeat, PayloadBeat, check_width, frame_stream, header_st
 __all__ = ["RoceDeparser", "serialize_header", "lanes_below"]
 
 
-def lanes_below(limit, position, nbytes):
-    """``keep`` of the lanes of a beat at byte ``position`` that lie before byte ``limit``."""
-    return Cat(*[limit > position + lane for lane in range(nbytes)])
+def lanes_below(limit, beat_index, nbytes):
+    """``keep`` of the lanes of beat ``beat_index`` (at byte ``beat_index * nbytes``) that lie before byte
+    ``limit``; each lane's position is a concatenation, not a sum."""
+    lane_bits = exact_log2(nbytes)
+    return Cat(*[limit > Cat(C(lane, lane_bits), beat_index) for lane in range(nbytes)])
 
 
 def _pack(table, values):
@@ -188,8 +190,9 @@ class RoceDeparser(wiring.Component):
         ]
 
         # --- the ICRC pipeline: stage 0 is the merge output, the last stage feeds the output FIFO ---
-        # 0: merge output, 1: CRC state, 2 .. 1 + R: rewound by bit 0 .. R - 1, last: ICRC written
-        stages = [Signal(side, name=f"stage{k}") for k in range(self.rewind_stages + 3)]
+        # 0: merge output, 1: masked for the ICRC, 2: CRC state, 3 .. 2 + R: rewound by bit 0 .. R - 1,
+        # last: ICRC written
+        stages = [Signal(side, name=f"stage{k}") for k in range(self.rewind_stages + 4)]
         valid = [Signal(name=f"stage{k}_valid") for k in range(len(stages))]
 
         # The pipeline never stalls: a beat enters it only with a credit for an entry of the output FIFO.
@@ -202,10 +205,12 @@ class RoceDeparser(wiring.Component):
         m.d.comb += returned.eq(self.o.valid & self.o.ready)
 
         # --- the payload comes in through a FIFO, so that ``i.ready`` is a register compare ---------
-        m.submodules.payloads = payloads = SyncFIFOBuffered(width=PayloadBeat(width).size, depth=4)
-        m.d.comb += [payloads.w_data.eq(self.i.payload), payloads.w_en.eq(self.i.valid),
-                     self.i.ready.eq(payloads.w_rdy)]
-        payload_in = data.View(PayloadBeat(width), payloads.r_data)
+        # (with each beat's byte count, counted on the way in rather than in the merge's loop)
+        Incoming = data.StructLayout({"beat": PayloadBeat(width), "bytes": range(nbytes + 1)})
+        m.submodules.payloads = payloads = SyncFIFOBuffered(width=Incoming.size, depth=4)
+        m.d.comb += [payloads.w_data.eq(Cat(self.i.payload, keep_count(m, self.i.payload.keep, nbytes))),
+                     payloads.w_en.eq(self.i.valid), self.i.ready.eq(payloads.w_rdy)]
+        incoming_beat = data.View(Incoming, payloads.r_data)
 
         # --- merge --------------------------------------------------------------------------------
         active = Signal()
@@ -224,7 +229,7 @@ class RoceDeparser(wiring.Component):
 
         shift = plan.length[0:lane_bits]
         header_beats = plan.length[lane_bits:]
-        beat_in = payload_in
+        beat_in = incoming_beat.beat
         in_header = index < header_beats
         consume = ~payload_done & ~in_header
         ready_to_emit = have_plan & (~consume | payloads.r_rdy)
@@ -233,13 +238,13 @@ class RoceDeparser(wiring.Component):
         emit = ready_to_emit & (credits != 0)
         m.d.sync += credits.eq(credits - emit + returned)
 
-        nkeep = keep_count(m, beat_in.keep, nbytes)
+        nkeep = incoming_beat.bytes
         end_now = Signal(POS_BITS)
         total_now = Signal(POS_BITS)
-        m.d.comb += end_now.eq(Mux(payload_done, payload_end, pos + shift + nkeep))
+        m.d.comb += end_now.eq(Mux(payload_done, payload_end, Cat(shift, index) + nkeep))    # pos + shift + nkeep
         ends_now = consume & beat_in.last
         known = payload_done | ends_now
-        padded = Mux(end_now + ICRC_BYTES < ETH_MIN_FRAME, ETH_MIN_FRAME, end_now + ICRC_BYTES)
+        padded = Mux(end_now < ETH_MIN_FRAME - ICRC_BYTES, ETH_MIN_FRAME, end_now + ICRC_BYTES)
         m.d.comb += total_now.eq(Mux(payload_done, frame_end, Mux(plan.roce, padded, end_now)))
 
         # header bytes of this beat: the window at beat ``index``
@@ -256,15 +261,15 @@ class RoceDeparser(wiring.Component):
         payload_lanes = Signal(nbytes)
         out_keep = Signal(nbytes)
         m.d.comb += [
-            header_lanes.eq(lanes_below(plan.length, pos, nbytes)),
-            payload_lanes.eq(Mux(known, lanes_below(end_now, pos, nbytes), (1 << nbytes) - 1) & ~header_lanes),
-            out_keep.eq(Mux(known, lanes_below(total_now, pos, nbytes), (1 << nbytes) - 1)),
+            header_lanes.eq(lanes_below(plan.length, index, nbytes)),
+            payload_lanes.eq(Mux(known, lanes_below(end_now, index, nbytes), (1 << nbytes) - 1) & ~header_lanes),
+            out_keep.eq(Mux(known, lanes_below(total_now, index, nbytes), (1 << nbytes) - 1)),
         ]
         lane_bytes = lambda lanes: Cat(*[lanes[i].replicate(8) for i in range(nbytes)])
         out_data = (header_part & lane_bytes(header_lanes)) | (payload_part & lane_bytes(payload_lanes))
         out_last = known & (total_now <= pos + nbytes)
-        icrc_here = plan.roce & known & (end_now >= pos) & (end_now < pos + nbytes)
-        icrc_lane = (end_now - pos)[0:lane_bits]
+        icrc_here = plan.roce & known & (end_now[lane_bits:] == index)     # pos <= end_now < pos + nbytes
+        icrc_lane = end_now[0:lane_bits]
         verdict = beat_in.verdict
         bad_now = ~(verdict.icrc_ok & (~plan.ipv4 | verdict.ipv4_csum_ok))
         stomp_now = Mux(payload_done, stomp, bad_now)
@@ -296,17 +301,19 @@ class RoceDeparser(wiring.Component):
                 m.d.sync += prev.eq(0)
 
         # --- icrc ---------------------------------------------------------------------------------
-        crc = Signal(32)
-        and_mask, or_mask = icrc_beat_masks(m, stage0.layout, stage0.index, nbytes)
-        masked = Signal(width)
-        m.d.comb += masked.eq((stage0.beat.data & and_mask) | or_mask)
-        crc_next = crc_update(m, Mux(stage0.beat.first, 0, crc), masked, nbytes)
         for k in range(1, len(stages)):
             m.d.sync += [valid[k].eq(valid[k - 1]), stages[k].eq(stages[k - 1])]
-        with m.If(valid[0]):
-            m.d.sync += [crc.eq(crc_next), stages[1].state.eq(crc_next)]
+        # stage 1: the beat masked for the ICRC (beside the stage, which keeps the beat as it leaves)
+        and_mask, or_mask = icrc_beat_masks(m, stage0.layout, stage0.index, nbytes)
+        masked = Signal(width)
+        m.d.sync += masked.eq((stage0.beat.data & and_mask) | or_mask)
+        # stage 2: the CRC state after the beat
+        crc = Signal(32)
+        crc_next = crc_update(m, Mux(stages[1].beat.first, 0, crc), masked, nbytes)
+        with m.If(valid[1]):
+            m.d.sync += [crc.eq(crc_next), stages[2].state.eq(crc_next)]
         for bit in range(self.rewind_stages):
-            src, dst = stages[1 + bit], stages[2 + bit]
+            src, dst = stages[2 + bit], stages[3 + bit]
             rewound = Signal(32, name=f"rewound{bit}")
             m.d.comb += rewound.eq(apply_taps(rewind_taps(1 << bit), src.state))
             m.d.sync += dst.state.eq(Mux(src.rewind[bit], rewound, src.state))

@@ -383,7 +383,7 @@ class NetReduceSwitch(wiring.Component):
             "job_id": 16, "seq": 32,
             "through": PSN_BITS, "advance": 1, "releases": 1, "oldest_message": range(J * K),
             "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
-            "dup_length": 16,
+            "dup_same_length": 1,
         })
         look, plan = Signal(Plan), Signal(Plan)
         ip_src = h.ip_src[:32]
@@ -575,69 +575,113 @@ class NetReduceSwitch(wiring.Component):
                                & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        dup_length_ok = (length == plan.dup_length) & ends_at_length
         Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
         outcome = Signal(range(len(Outcome)))
         drop_reason = Signal(range(len(COUNTERS)))
         O = {name: i for i, name in enumerate(Outcome)}
         R = {name: i for i, name in enumerate(COUNTERS)}
 
-        def decide(kind, reason=None):
-            assigns = [outcome.eq(O[kind])]
-            if reason is not None:
-                assigns.append(drop_reason.eq(R[reason]))
-            return assigns
+        # The decision: for each value of the two facts that only the last beat can settle (the aggregation
+        # header is right, the payload ends at its length), the outcome the plan then gives, from registers;
+        # the beat's facts choose among them, and the frame-level drops (bad verdict, oversize) override.
+        def decide_from_plan(agg_ok, ends_at_length):
+            """(outcome, reason) of a frame whose verdicts are good and size is within bounds."""
+            outcome_, reason = (Signal(range(len(Outcome)), name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
+                                Signal(range(len(COUNTERS)), name=f"reason_{agg_ok.value}{ends_at_length.value}"))
 
+            def decide(kind, reason_name):
+                return [outcome_.eq(O[kind]), reason.eq(R[reason_name])]
+            dup_length_ok = plan.dup_same_length & ends_at_length
+            with m.If(plan.control):
+                m.d.comb += outcome_.eq(O["CHECK"])
+            with m.Elif(plan.plain):
+                m.d.comb += decide("FORWARD", "forwarded")
+            with m.Elif(plan.ack):
+                m.d.comb += decide("ACK", "forwarded")
+            with m.Elif(plan.data):
+                with m.If(~plan.write_op):
+                    m.d.comb += decide("FORWARD", "passthrough_opcode")
+                with m.Elif(plan.gap):
+                    m.d.comb += decide("FORWARD_GAP", "passthrough_gap")
+                with m.Elif(plan.behind):
+                    with m.If(~plan.dup_found):
+                        m.d.comb += decide("FORWARD", "passthrough_stale")
+                    with m.Elif(~plan.dup_ready):
+                        m.d.comb += decide("DROP", "duplicates_dropped")
+                    with m.Elif(~dup_length_ok):
+                        m.d.comb += decide("DROP", "drop_bad_length")
+                    with m.Else():
+                        m.d.comb += decide("DUPLICATE", "duplicates_answered")
+                with m.Elif(~plan.seq_ok):
+                    m.d.comb += decide("FORWARD", "passthrough_sequence")
+                with m.Elif(plan.first & ~agg_ok):
+                    m.d.comb += decide("DROP", "drop_bad_header")
+                with m.Elif(~plan.credit_ok):
+                    m.d.comb += decide("DROP", "drop_no_credit")
+                with m.Elif(~plan.length_ok | ~plan.slot_fits | ~ends_at_length):
+                    m.d.comb += decide("DROP", "drop_bad_length")
+                with m.Else():
+                    m.d.comb += decide("CONTRIBUTE", "aggregated")
+            with m.Else():
+                m.d.comb += decide("FORWARD", "forwarded")
+            return Cat(outcome_, reason)
+
+        by_facts = Array(decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1))
+        from_plan = Signal(len(by_facts[0]))
+        m.d.comb += from_plan.eq(by_facts[Cat(ends_at_length, agg_ok)])
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
         with m.If(checking):
             with m.If(request_valid):
-                m.d.comb += decide("CREDIT", "credit_requests")
+                m.d.comb += [outcome.eq(O["CREDIT"]), drop_reason.eq(R["credit_requests"])]
             with m.Else():
-                m.d.comb += decide("DROP", "drop_control")
+                m.d.comb += [outcome.eq(O["DROP"]), drop_reason.eq(R["drop_control"])]
         with m.Elif(bad):
-            m.d.comb += decide("DROP", "drop_bad_icrc")
-            with m.If(verdict[0]):
-                m.d.comb += drop_reason.eq(R["drop_bad_checksum"])
+            m.d.comb += [outcome.eq(O["DROP"]),
+                         drop_reason.eq(Mux(verdict[0], R["drop_bad_checksum"], R["drop_bad_icrc"]))]
         with m.Elif(oversize | too_long):
-            m.d.comb += decide("DROP", "drop_oversize")
-        with m.Elif(plan.control):
-            m.d.comb += decide("CHECK")
-        with m.Elif(plan.plain):
-            m.d.comb += decide("FORWARD", "forwarded")
-        with m.Elif(plan.ack):
-            m.d.comb += decide("ACK", "forwarded")
-        with m.Elif(plan.data):
-            with m.If(~plan.write_op):
-                m.d.comb += decide("FORWARD", "passthrough_opcode")
-            with m.Elif(plan.gap):
-                m.d.comb += decide("FORWARD_GAP", "passthrough_gap")
-            with m.Elif(plan.behind):
-                with m.If(~plan.dup_found):
-                    m.d.comb += decide("FORWARD", "passthrough_stale")
-                with m.Elif(~plan.dup_ready):
-                    m.d.comb += decide("DROP", "duplicates_dropped")
-                with m.Elif(~dup_length_ok):
-                    m.d.comb += decide("DROP", "drop_bad_length")
-                with m.Else():
-                    m.d.comb += decide("DUPLICATE", "duplicates_answered")
-            with m.Elif(~plan.seq_ok):
-                m.d.comb += decide("FORWARD", "passthrough_sequence")
-            with m.Elif(plan.first & ~agg_ok):
-                m.d.comb += decide("DROP", "drop_bad_header")
-            with m.Elif(~plan.credit_ok):
-                m.d.comb += decide("DROP", "drop_no_credit")
-            with m.Elif(~plan.length_ok | ~plan.slot_fits | ~ends_at_length):
-                m.d.comb += decide("DROP", "drop_bad_length")
-            with m.Else():
-                m.d.comb += decide("CONTRIBUTE", "aggregated")
+            m.d.comb += [outcome.eq(O["DROP"]), drop_reason.eq(R["drop_oversize"])]
         with m.Else():
-            m.d.comb += decide("FORWARD", "forwarded")
+            m.d.comb += Cat(outcome, drop_reason).eq(from_plan)
 
         # the contribution's effects
         slot = plan.slot
         bitmap, full, result_slot = plan.bitmap, plan.full, plan.rslot
         packet_beats = Signal(beat_bits + 1)
         m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
+
+        # What a commit writes into the queues and the header store comes from the plan alone: ``intended``
+        # is the outcome unless the frame is dropped (the last beat's facts only ever turn an outcome into
+        # DROP), so that only the write enables wait on the last beat.
+        intended = Signal(range(len(Outcome)))
+        m.d.comb += intended.eq(Mux(checking, O["CREDIT"], by_facts[3][:len(outcome)]))
+        shifted = Signal(ParsedHeader)
+        own_bytes = window_now[:8 * _OWN_BYTES]
+        m.d.comb += [
+            shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
+            headers.w_data.eq(Mux(intended == O["FORWARD_GAP"], shifted, h)),
+            hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(h), hs_w.data.own.eq(own_bytes),
+            unsent_add_at.eq(plan.job * K + plan.k),
+            new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
+            new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),
+        ]
+        with m.Switch(intended):
+            with m.Case(O["FORWARD"], O["FORWARD_GAP"], O["ACK"]):
+                m.d.comb += new_descriptor.kind.eq(FORWARD)
+            with m.Case(O["DUPLICATE"]):
+                m.d.comb += [new_descriptor.kind.eq(DUPLICATE), new_descriptor.rslot.eq(plan.dup_rslot),
+                             new_descriptor.index0.eq(plan.dup_index0), new_descriptor.beats.eq(packet_beats),
+                             new_descriptor.length.eq(length), new_descriptor.own.eq(own_bytes)]
+            with m.Case(O["CREDIT"]):
+                m.d.comb += [new_descriptor.kind.eq(CREDITS), new_descriptor.job.eq(request_j),
+                             new_descriptor.worker.eq(request_worker), new_descriptor.all.eq(0),
+                             new_descriptor.workers.eq(job_n[request_j]),
+                             new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
+            with m.Case(O["CONTRIBUTE"]):
+                m.d.comb += [new_descriptor.kind.eq(RESULTS), new_descriptor.slot.eq(slot),
+                             new_descriptor.rslot.eq(result_slot), new_descriptor.index0.eq(plan.index == 0),
+                             new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
+                             new_descriptor.job.eq(plan.job), new_descriptor.k.eq(plan.k),
+                             new_descriptor.workers.eq(job_n[plan.job])]
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
         # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
@@ -670,25 +714,13 @@ class NetReduceSwitch(wiring.Component):
                 goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
                 with m.If(goes_on):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
-                    shifted = Signal(ParsedHeader)
-                    m.d.comb += [shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT)]
-                    m.d.comb += [headers.w_en.eq(1),
-                                 headers.w_data.eq(Mux(outcome == O["FORWARD_GAP"], shifted, h)),
-                                 new_descriptor.kind.eq(FORWARD), descriptors.w_en.eq(1)]
+                    m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
                 with m.Else():
                     m.d.sync += ring_cursor.eq(ring_committed)
                 with m.If(outcome == O["DUPLICATE"]):
-                    m.d.comb += [headers.w_en.eq(1), headers.w_data.eq(h), descriptors.w_en.eq(1),
-                                 new_descriptor.kind.eq(DUPLICATE),
-                                 new_descriptor.rslot.eq(plan.dup_rslot),
-                                 new_descriptor.index0.eq(plan.dup_index0),
-                                 new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                                 new_descriptor.own.eq(window_now[:8 * _OWN_BYTES])]
+                    m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
                 with m.If(outcome == O["CREDIT"]):
-                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
-                                 new_descriptor.job.eq(request_j), new_descriptor.worker.eq(request_worker),
-                                 new_descriptor.all.eq(0), new_descriptor.workers.eq(job_n[request_j]),
-                                 new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
+                    m.d.comb += descriptors.w_en.eq(1)
                     count("credits_sent")
                 with m.If(outcome == O["ACK"]):
                     count("acks_seen")
@@ -704,8 +736,7 @@ class NetReduceSwitch(wiring.Component):
                     entry = (j * K + k) * N + w
                     m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
                                  expected[c].eq(expected[c] + 1)]
-                    m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(slot * N + w), hs_w.data.header.eq(h),
-                                 hs_w.data.own.eq(window_now[:8 * _OWN_BYTES])]
+                    m.d.comb += hs_w.en.eq(1)
                     with m.If(plan.first):
                         m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
                                      wk_started[entry].eq(1), wk_closed[entry].eq(0),
@@ -718,18 +749,7 @@ class NetReduceSwitch(wiring.Component):
                     with m.If(full):
                         m.d.sync += pk_ready[slot].eq(1)
                         count("results_sent", job_n[j])
-                        m.d.comb += [
-                            unsent_add.eq(1), unsent_add_at.eq(j * K + k),
-                            sum_requests.w_en.eq(1),
-                            new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
-                            new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(j)),
-                            descriptors.w_en.eq(1), new_descriptor.kind.eq(RESULTS),
-                            new_descriptor.slot.eq(slot), new_descriptor.rslot.eq(result_slot),
-                            new_descriptor.index0.eq(plan.index == 0),
-                            new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                            new_descriptor.job.eq(j), new_descriptor.k.eq(k),
-                            new_descriptor.workers.eq(job_n[j]),
-                        ]
+                        m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
 
             with m.State("IDLE"):
                 take_header()
@@ -754,7 +774,8 @@ class NetReduceSwitch(wiring.Component):
                              plan.dup_index0.eq(dup_index0)]
                 m.next = "DUP_READ"
             with m.State("DUP_READ"):
-                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]), plan.dup_length.eq(pk_len[plan.dup_slot]),
+                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]),
+                             plan.dup_same_length.eq(pk_len[plan.dup_slot] == length),
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
                 m.next = "STREAM"
             with m.State("STREAM"):
