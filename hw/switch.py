@@ -404,6 +404,7 @@ class NetReduceSwitch(wiring.Component):
             in_slot.eq((conn_job * K + msg_index) * M + packet_index[:m_bits]),
         ]
         message = conn_job * K + msg_index
+        first_message = conn_job * K + next_k[conn]        # the message a first packet opens
         length = h.payload_len
 
         # an ACK: the PSN it delivers through, whether that advances its connection, and whether the
@@ -447,7 +448,7 @@ class NetReduceSwitch(wiring.Component):
             look.first.eq(first),
             look.last.eq(Cat(*[opcode == op for op in _LAST_OPCODES]).any()),
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
-            look.credit_ok.eq(~first | (~(msg_busy[message] & (msg_seq[message] != next_seq[conn]))
+            look.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != next_seq[conn]))
                                         & ((next_seq[conn] - job_oldest[conn_job])[:32] < K))),
             look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0)
                               & (length <= job_mtu[conn_job])),
@@ -686,11 +687,12 @@ class NetReduceSwitch(wiring.Component):
         # --- monitor FSM -----------------------------------------------------------------------------------------
         # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
         releases = plan.releases & (msg_unsent[plan.oldest_message] == 0)
-        # RELEASE frees messages while the oldest is delivered and its results have left
+        # RELEASE frees messages while the oldest is delivered and its results have left, checked (and the
+        # message registered) in RELEASE_CHECK, a clock before
         release_job = plan.job
         oldest = job_oldest[release_job]
         oldest_message, delivered_now = delivered_oldest(release_job)
-        releasable = delivered_now & (msg_unsent[oldest_message] == 0)
+        releasable, released = Signal(), Signal(range(J * K))
 
         # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
         # so that taking the last beat does not wait on the outcome)
@@ -727,7 +729,7 @@ class NetReduceSwitch(wiring.Component):
                     with m.If(plan.advance):
                         m.d.sync += delivered[plan.conn].eq(plan.through)
                 with m.If((outcome == O["ACK"]) & releases):
-                    m.next = "RELEASE"
+                    m.next = "RELEASE_CHECK"
                 with m.Else():
                     m.next = "IDLE"
                     take_header()
@@ -803,17 +805,21 @@ class NetReduceSwitch(wiring.Component):
                         m.next = "CONTROL_PARSE"
                     with m.Elif(beat.last):
                         commit(ring_written)
+            with m.State("RELEASE_CHECK"):
+                m.d.sync += [releasable.eq(delivered_now & (msg_unsent[oldest_message] == 0)),
+                             released.eq(oldest_message)]
+                m.next = "RELEASE"
             with m.State("RELEASE"):
                 with m.If(~releasable):
                     m.next = "IDLE"
                     take_header()
                 with m.Elif(descriptors.w_rdy):
-                    m.d.sync += [msg_busy[oldest_message].eq(0), oldest.eq(oldest + 1)]
+                    m.d.sync += [msg_busy[released].eq(0), oldest.eq(oldest + 1)]
+                    m.next = "RELEASE_CHECK"
                     for w in range(N):
-                        m.d.sync += [wk_started[oldest_message * N + w].eq(0),
-                                     wk_closed[oldest_message * N + w].eq(0)]
+                        m.d.sync += [wk_started[released * N + w].eq(0), wk_closed[released * N + w].eq(0)]
                     for i in range(M):
-                        packet = oldest_message * M + i
+                        packet = released * M + i
                         m.d.sync += [pk_bitmap[packet].eq(0), pk_ready[packet].eq(0),
                                      pk_gen[packet].eq(~pk_gen[packet])]
                     count("credits_sent", job_n[release_job])
