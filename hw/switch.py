@@ -13,12 +13,14 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    one beat per clock into the packet ring (frames that go on) or into the worker's bank of the slot
    memory (contributions), checks the aggregation header lane by lane as it passes and keeps the first
    64 bytes. The last beat commits in its own clock: the outcome, from the verdicts, the byte counts
-   (registered marks) and the plan, applied to state, bitmap, header store, descriptors and sum
-   request; the next header is taken in the same clock; counters add a clock later. Rare cases take
-   clocks of their own: ``DUP_SEARCH`` and ``DUP_READ`` (a retransmission: the held message that has
-   its PSN), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a credit request), ``RELEASE``
-   (after an ACK that makes the oldest message delivered: frees the job's delivered messages and
-   queues their credits).
+   (registered marks) and the plan (whose outcome for each value of the beat's facts is worked out
+   beside the beat), applied to state, bitmap, header store, descriptors and sum request; what is
+   written comes from the plan, only the write enables from the beat; the next header is taken in the
+   same clock; counters add a clock later. Rare cases take clocks of their own: ``DUP_SEARCH`` and
+   ``DUP_READ`` (a retransmission: the held message that has its PSN), ``CONTROL_PARSE``,
+   ``CONTROL_CHECK`` and ``CONTROL`` (a credit request), ``RELEASE_CHECK`` and ``RELEASE`` (after an
+   ACK that makes the oldest message delivered: frees the job's delivered messages, two clocks each,
+   and queues their credits).
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
    only where the worker's bit is clear.
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
