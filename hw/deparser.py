@@ -196,8 +196,8 @@ class RoceDeparser(wiring.Component):
         valid = [Signal(name=f"stage{k}_valid") for k in range(len(stages))]
 
         # The pipeline never stalls: a beat enters it only with a credit for an entry of the output FIFO.
-        # Credits come back one clock after ``o`` takes a beat; the FIFO shows a beat two clocks after its
-        # write, so ``len(stages) + 3`` entries keep one beat per clock going.
+        # Credits come back one clock after ``o`` takes a beat and the FIFO shows a beat two clocks after
+        # its write, so ``len(stages) + 3`` entries keep one beat per clock going; one more is spare.
         frame_fifo_depth = len(stages) + 4
         m.submodules.frames = frames = SyncFIFOBuffered(width=FrameBeat(width).size, depth=frame_fifo_depth)
         credits = Signal(range(frame_fifo_depth + 1), init=frame_fifo_depth)
