@@ -405,7 +405,6 @@ class NetReduceSwitch(wiring.Component):
             packet_index.eq(Mux(first, 0, psn - cur_first[conn])),
             in_slot.eq((conn_job * K + msg_index) * M + packet_index[:m_bits]),
         ]
-        message = conn_job * K + msg_index
         first_message = conn_job * K + next_k[conn]        # the message a first packet opens
         length = h.payload_len
 
@@ -630,6 +629,7 @@ class NetReduceSwitch(wiring.Component):
             return Cat(outcome_, reason)
 
         by_facts = Array(decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1))
+        if_facts_hold = by_facts[0b11]       # header right and payload ending at its length
         from_plan = Signal(len(by_facts[0]))
         m.d.comb += from_plan.eq(by_facts[Cat(ends_at_length, agg_ok)])
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
@@ -656,7 +656,7 @@ class NetReduceSwitch(wiring.Component):
         # is the outcome unless the frame is dropped (the last beat's facts only ever turn an outcome into
         # DROP), so that only the write enables wait on the last beat.
         intended = Signal(range(len(Outcome)))
-        m.d.comb += intended.eq(Mux(checking, O["CREDIT"], by_facts[3][:len(outcome)]))
+        m.d.comb += intended.eq(Mux(checking, O["CREDIT"], if_facts_hold[:len(outcome)]))
         shifted = Signal(ParsedHeader)
         own_bytes = window_now[:8 * _OWN_BYTES]
         m.d.comb += [
