@@ -578,14 +578,15 @@ class NetReduceSwitch(wiring.Component):
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
         Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
-        outcome = Signal(range(len(Outcome)))
-        drop_reason = Signal(range(len(COUNTERS)))
         O = {name: i for i, name in enumerate(Outcome)}
         R = {name: i for i, name in enumerate(COUNTERS)}
 
-        # The decision: for each value of the two facts that only the last beat can settle (the aggregation
-        # header is right, the payload ends at its length), the outcome the plan then gives, from registers;
-        # the beat's facts choose among them, and the frame-level drops (bad verdict, oversize) override.
+        # The decision. Everything the last beat settles (the verdicts, the size, whether the aggregation
+        # header is right and whether the payload ends at its length) only ever turns the plan's outcome
+        # into DROP. So the plan alone says what a commit would do (``intended``, for the payload ending
+        # at its length and a right header), and the last beat only whether it does (``survives``): what
+        # is written and where the monitor goes next come from registers, only the write enables from the
+        # beat. The outcome for each value of the two facts is worked out too, for the counters.
         def decide_from_plan(agg_ok, ends_at_length):
             """(outcome, reason) of a frame whose verdicts are good and size is within bounds."""
             outcome_, reason = (Signal(range(len(Outcome)), name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
@@ -626,25 +627,53 @@ class NetReduceSwitch(wiring.Component):
                     m.d.comb += decide("CONTRIBUTE", "aggregated")
             with m.Else():
                 m.d.comb += decide("FORWARD", "forwarded")
-            return Cat(outcome_, reason)
+            return outcome_, reason
 
-        by_facts = Array(decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1))
-        if_facts_hold = by_facts[0b11]       # header right and payload ending at its length
-        from_plan = Signal(len(by_facts[0]))
-        m.d.comb += from_plan.eq(by_facts[Cat(ends_at_length, agg_ok)])
+        by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
+        intended = Signal(range(len(Outcome)))
+        m.d.comb += intended.eq(Mux(checking, O["CREDIT"], by_facts[0b11][0]))
+        # the facts the intended outcome needs: a duplicate's and a contribution's payload ends at its
+        # length, a first contribution's aggregation header is right
+        facts_hold, survives = Signal(), Signal()
+        m.d.comb += facts_hold.eq(
+            Mux((intended == O["DUPLICATE"]) | (intended == O["CONTRIBUTE"]), ends_at_length, 1)
+            & Mux((intended == O["CONTRIBUTE"]) & plan.first, agg_ok, 1))
         with m.If(checking):
-            with m.If(request_valid):
-                m.d.comb += [outcome.eq(O["CREDIT"]), drop_reason.eq(R["credit_requests"])]
-            with m.Else():
-                m.d.comb += [outcome.eq(O["DROP"]), drop_reason.eq(R["drop_control"])]
-        with m.Elif(bad):
-            m.d.comb += [outcome.eq(O["DROP"]),
-                         drop_reason.eq(Mux(verdict[0], R["drop_bad_checksum"], R["drop_bad_icrc"]))]
-        with m.Elif(oversize | too_long):
-            m.d.comb += [outcome.eq(O["DROP"]), drop_reason.eq(R["drop_oversize"])]
+            m.d.comb += survives.eq(request_valid & ~oversize)
         with m.Else():
-            m.d.comb += Cat(outcome, drop_reason).eq(from_plan)
+            m.d.comb += survives.eq(~bad & ~oversize & ~too_long & facts_hold)
+
+        def happens(*kinds):
+            """The frame being committed has one of these outcomes."""
+            return Cat(*[intended == O[kind] for kind in kinds]).any() & survives
+
+        # The reason each frame is counted under, a clock after its commit, from what the commit registered.
+        Settled = data.StructLayout({"checking": 1, "request_valid": 1, "bad": 1, "icrc_ok": 1, "oversize": 1,
+                                     "facts": 2, "reasons": 4 * len(by_facts[0][1])})
+        settled, settling = Signal(Settled), Signal()
+        settled_now = Signal(Settled)
+        m.d.comb += [
+            settled_now.checking.eq(checking), settled_now.request_valid.eq(request_valid),
+            settled_now.bad.eq(bad), settled_now.icrc_ok.eq(verdict[0]),
+            settled_now.oversize.eq(oversize | too_long), settled_now.facts.eq(Cat(ends_at_length, agg_ok)),
+            settled_now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
+        ]
+        reason_bits = len(by_facts[0][1])
+        drop_reason = Signal(range(len(COUNTERS)))
+        with m.If(settled.checking):
+            m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
+                                           Mux(settled.request_valid, R["credit_requests"], R["drop_control"])))
+        with m.Elif(settled.bad):
+            m.d.comb += drop_reason.eq(Mux(settled.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
+        with m.Elif(settled.oversize):
+            m.d.comb += drop_reason.eq(R["drop_oversize"])
+        with m.Else():
+            m.d.comb += drop_reason.eq(Array(settled.reasons[i * reason_bits:(i + 1) * reason_bits]
+                                             for i in range(4))[settled.facts])
+        m.d.sync += settling.eq(0)
+        with m.If(settling):
+            m.d.sync += Array(counted[name] for name in COUNTERS)[drop_reason].eq(1)
 
         # the contribution's effects
         slot = plan.slot
@@ -652,11 +681,7 @@ class NetReduceSwitch(wiring.Component):
         packet_beats = Signal(beat_bits + 1)
         m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
 
-        # What a commit writes into the queues and the header store comes from the plan alone: ``intended``
-        # is the outcome unless the frame is dropped (the last beat's facts only ever turn an outcome into
-        # DROP), so that only the write enables wait on the last beat.
-        intended = Signal(range(len(Outcome)))
-        m.d.comb += intended.eq(Mux(checking, O["CREDIT"], if_facts_hold[:len(outcome)]))
+        # What a commit writes into the queues and the header store comes from the plan alone (``intended``)
         shifted = Signal(ParsedHeader)
         own_bytes = window_now[:8 * _OWN_BYTES]
         m.d.comb += [
@@ -695,6 +720,7 @@ class NetReduceSwitch(wiring.Component):
         oldest = job_oldest[release_job]
         oldest_message, delivered_now = delivered_oldest(release_job)
         releasable, released = Signal(), Signal(range(J * K))
+        release_allowed = Signal()      # the ACK that led to RELEASE_CHECK was not dropped
 
         # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
         # so that taking the last beat does not wait on the outcome)
@@ -714,28 +740,28 @@ class NetReduceSwitch(wiring.Component):
             def commit(ring_written):
                 """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
                 count("frames_in")
-                m.d.sync += Array(counted[name] for name in COUNTERS)[drop_reason].eq(1)
-                goes_on = Cat(*[outcome == O[k] for k in ("FORWARD", "FORWARD_GAP", "ACK")]).any()
-                with m.If(goes_on):
+                m.d.sync += [settling.eq(1), settled.eq(settled_now), release_allowed.eq(survives)]
+                with m.If(happens("FORWARD", "FORWARD_GAP", "ACK")):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
                     m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
                 with m.Else():
                     m.d.sync += ring_cursor.eq(ring_committed)
-                with m.If(outcome == O["DUPLICATE"]):
+                with m.If(happens("DUPLICATE")):
                     m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
-                with m.If(outcome == O["CREDIT"]):
+                with m.If(happens("CREDIT")):
                     m.d.comb += descriptors.w_en.eq(1)
                     count("credits_sent")
-                with m.If(outcome == O["ACK"]):
+                with m.If(happens("ACK")):
                     count("acks_seen")
                     with m.If(plan.advance):
                         m.d.sync += delivered[plan.conn].eq(plan.through)
-                with m.If((outcome == O["ACK"]) & releases):
+                # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
+                with m.If((intended == O["ACK"]) & releases):
                     m.next = "RELEASE_CHECK"
                 with m.Else():
                     m.next = "IDLE"
                     take_header()
-                with m.If(outcome == O["CONTRIBUTE"]):
+                with m.If(happens("CONTRIBUTE")):
                     c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
                     entry = (j * K + k) * N + w
                     m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
@@ -803,12 +829,12 @@ class NetReduceSwitch(wiring.Component):
                                      ring_w.data.verdict.eq(beat.verdict.as_value())]
                         m.d.sync += ring_cursor.eq(ring_cursor + 1)
                     m.d.comb += write.valid.eq(contributing & (beat_index < Pb))
-                    with m.If(beat.last & (outcome == O["CHECK"])):
+                    with m.If(beat.last & plan.control):
                         m.next = "CONTROL_PARSE"
                     with m.Elif(beat.last):
                         commit(ring_written)
             with m.State("RELEASE_CHECK"):
-                m.d.sync += [releasable.eq(delivered_now & (msg_unsent[oldest_message] == 0)),
+                m.d.sync += [releasable.eq(release_allowed & delivered_now & (msg_unsent[oldest_message] == 0)),
                              released.eq(oldest_message)]
                 m.next = "RELEASE"
             with m.State("RELEASE"):
