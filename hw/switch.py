@@ -62,8 +62,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from ..sim.switch_model import COUNTERS, GAP_PSN_SHIFT
-from ..wire import (AGG_MAGIC, AGG_VERSION, CONTROL_MAGIC, CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES,
-                    ETH_MIN_FRAME, ETHERTYPE_IPV4, ControlType)
+from ..wire import (AGG_MAGIC, AGG_VERSION, BTH, CONTROL_MAGIC, CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES,
+                    ETH_HEADER, ETH_MIN_FRAME, ETHERTYPE_IPV4, ICRC_BYTES, IPV4_HEADER, UDP_HEADER, ControlType,
+                    header_bytes)
 from .deparser import RoceDeparser
 from .fp.adder import check_int
 from .parser import RoceParser
@@ -156,6 +157,10 @@ class NetReduceSwitch(wiring.Component):
         self.beat_bytes = width // 8
         self.packet_beats = -(-mtu // self.beat_bytes)
         self.connections = jobs * workers
+        # clocks of the monitor's LOOKUP: two where the own bytes of the shortest RoCE frame (Ethernet,
+        # IPv4, UDP, BTH, ICRC: 58) span two beats or more (docs: "Aggregation", the monitor)
+        own_bytes = sum(header_bytes(t) for t in (ETH_HEADER, IPV4_HEADER, UDP_HEADER, BTH)) + ICRC_BYTES
+        self.lookup_clocks = 2 if own_bytes >= 2 * self.beat_bytes else 1
         self.slots = jobs * message_slots * message_packets
         super().__init__({
             "s_axis": In(axi_stream_signature(width)).array(ports),
@@ -395,29 +400,38 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [conn_job.eq(conn // N), conn_worker.eq(conn % N)]
         opcode, psn = h.bth_opcode, h.bth_psn
         first = Cat(*[opcode == op for op in _FIRST_OPCODES]).any()
-        distance = Signal(PSN_BITS)
-        m.d.comb += distance.eq(psn - expected[conn])
-        msg_index = Signal(k_bits)
-        packet_index = Signal(24)
-        in_slot = Signal(slot_bits)
-        m.d.comb += [
-            msg_index.eq(Mux(first, next_k[conn], cur_k[conn])),
-            packet_index.eq(Mux(first, 0, psn - cur_first[conn])),
-            in_slot.eq((conn_job * K + msg_index) * M + packet_index[:m_bits]),
-        ]
-        first_message = conn_job * K + next_k[conn]        # the message a first packet opens
         length = h.payload_len
-
-        # an ACK: the PSN it delivers through, whether that advances its connection, and whether the
-        # job's oldest message is then delivered to every worker (its results sent is checked at the commit)
-        through, advance = Signal(PSN_BITS), Signal()
         syndrome = h.aeth_syndrome
+
+        # LOOKUP reads the connection's state, then the message's and packet slot's that it points to. Where
+        # the shortest RoCE frame's own bytes (headers and ICRC) span two beats or more, the monitor has
+        # clocks to spare between payloads, and the connection's view is registered in a clock of its own
+        # (LOOKUP_READ); at 512 bits a 17-beat frame has none to spare, and the view is read in LOOKUP.
+        ConnView = data.StructLayout({
+            "distance": PSN_BITS, "in_msg": 1, "msg_index": k_bits, "packet_index": 24, "slot": slot_bits,
+            "first_message": range(J * K), "next_seq": 32, "through": PSN_BITS, "advance": 1,
+        })
+        view_now, view = Signal(ConnView), Signal(ConnView)
+        read_first = self.lookup_clocks == 2
+        through_now = Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)
         m.d.comb += [
-            through.eq(Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)),
-            advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
-                       & ~_not_behind(delivered[conn], through)
-                       & _not_behind(expected[conn] - 1, through)),
+            view_now.distance.eq(psn - expected[conn]),
+            view_now.in_msg.eq(in_msg[conn]),
+            view_now.msg_index.eq(Mux(first, next_k[conn], cur_k[conn])),
+            view_now.packet_index.eq(Mux(first, 0, psn - cur_first[conn])),
+            view_now.first_message.eq(conn_job * K + next_k[conn]),     # the message a first packet opens
+            view_now.next_seq.eq(next_seq[conn]),
+            # an ACK: the PSN it delivers through, and whether that advances its connection
+            view_now.through.eq(through_now),
+            view_now.advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
+                                & ~_not_behind(delivered[conn], through_now)
+                                & _not_behind(expected[conn] - 1, through_now)),
         ]
+        m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
+        if not read_first:
+            m.d.comb += view.eq(view_now)
+        distance, msg_index, packet_index, in_slot = view.distance, view.msg_index, view.packet_index, view.slot
+        first_message, through, advance = view.first_message, view.through, view.advance
 
         def delivered_oldest(job, acked_worker=None, acked_through=None):
             """The job's oldest message (its index) and whether every worker has acknowledged it, with
@@ -445,12 +459,12 @@ class NetReduceSwitch(wiring.Component):
             look.gap.eq((distance != 0) & (distance < _HALF)),
             look.in_seq.eq(distance == 0),
             look.behind.eq(distance >= _HALF),
-            look.seq_ok.eq(first == ~in_msg[conn]),
+            look.seq_ok.eq(first == ~view.in_msg),
             look.first.eq(first),
             look.last.eq(Cat(*[opcode == op for op in _LAST_OPCODES]).any()),
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
-            look.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != next_seq[conn]))
-                                        & ((next_seq[conn] - job_oldest[conn_job])[:32] < K))),
+            look.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != view.next_seq))
+                                        & ((view.next_seq - job_oldest[conn_job])[:32] < K))),
             look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0)
                               & (length <= job_mtu[conn_job])),
             # the packet slot: it takes this length (empty, or holding packets of the same length), the
@@ -459,7 +473,7 @@ class NetReduceSwitch(wiring.Component):
             look.bitmap.eq(pk_bitmap[in_slot] | (Const(1, N) << conn_worker)),
             look.full.eq((pk_bitmap[in_slot] | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
             look.rslot.eq(Cat(pk_gen[in_slot], in_slot)),
-            look.job_id.eq(job_id[conn_job]), look.seq.eq(next_seq[conn]),
+            look.job_id.eq(job_id[conn_job]), look.seq.eq(view.next_seq),
             look.through.eq(through), look.advance.eq(advance),
             look.releases.eq(look_releases), look.oldest_message.eq(look_oldest),
         ]
@@ -735,7 +749,7 @@ class NetReduceSwitch(wiring.Component):
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                                  beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
                                  oversize.eq(0), window.eq(0)]
-                    m.next = "LOOKUP"
+                    m.next = "LOOKUP_READ" if read_first else "LOOKUP"
 
             def commit(ring_written):
                 """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
@@ -793,6 +807,10 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += checking.eq(1)
                 with m.If(room):
                     commit(0)
+            if read_first:
+                with m.State("LOOKUP_READ"):
+                    m.d.sync += view.eq(view_now)
+                    m.next = "LOOKUP"
             with m.State("LOOKUP"):
                 m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq)]
                 with m.If(look.data & look.write_op & look.behind):
