@@ -9,33 +9,35 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 1. *parse*: ``RoceParser`` gives each frame's header record, then its payload stream with the verdicts.
 2. *monitor*, one frame at a time. Each header's connection match (configuration only) runs ahead, as
    headers arrive, into the ``matched`` FIFO. ``IDLE`` takes a header, ``LOOKUP`` plans the frame from
-   the header, its match and the connection and slot state (registered), ``STREAM`` takes the payload at
-   one beat per clock into the packet ring (frames that go on) or into the worker's bank of the slot
-   memory (contributions), checks the aggregation header lane by lane as it passes and keeps the first
-   64 bytes. The last beat commits in its own clock: the outcome, from the verdicts, the byte counts
-   (registered marks) and the plan (whose outcome for each value of the beat's facts is worked out
-   beside the beat), applied to state, bitmap, header store, descriptors and sum request; what is
-   written comes from the plan, only the write enables from the beat; the next header is taken in the
-   same clock; counters add a clock later. Rare cases take clocks of their own: ``DUP_SEARCH`` and
-   ``DUP_READ`` (a retransmission: the held message that has its PSN), ``CONTROL_PARSE``,
-   ``CONTROL_CHECK`` and ``CONTROL`` (a credit request), ``RELEASE_CHECK`` and ``RELEASE`` (after an
-   ACK that makes the oldest message delivered: frees the job's delivered messages, two clocks each,
-   and queues their credits).
+   the header, its match and the connection and slot state (registered; at 64 bits the connection's
+   state is read into a registered view a clock before, in ``LOOKUP_READ``), ``STREAM`` takes the
+   payload at one beat per clock into the packet ring (frames that go on) or into the worker's bank of
+   the slot memory (contributions), checks the aggregation header lane by lane as it passes and keeps
+   the first 64 bytes. The last beat commits in its own clock. What the commit would do (``intended``)
+   and where the monitor goes next come from the plan alone; the last beat's facts (verdicts, size, the
+   byte counts as registered marks, the aggregation header) only say whether it happens, so they reach
+   nothing but the write enables of state, bitmap, header store, descriptors and sum request. The next
+   header is taken in the same clock; counters add two clocks later. Rare cases take clocks of their
+   own: ``DUP_SEARCH`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
+   ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
+   ``RELEASE_CHECK`` and ``RELEASE`` (after an ACK that makes the oldest message delivered: frees the
+   job's delivered messages, two clocks each, and queues their credits).
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
    only where the worker's bit is clear.
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
 4. *emit*: descriptors, in commit order, become frames: a frame that goes on (header FIFO and packet
    ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
    worker's stored header and the sum), CREDIT control frames. A header sequencer hands the headers to
-   ``RoceDeparser`` ahead of a payload sequencer; the deparser serializes them and recomputes ICRC and
-   IPv4 checksum. ``FrameRouter`` sends each frame out of the port that the forwarding table gives
-   for its destination MAC (the default port for any other MAC).
+   ``RoceDeparser``; a payload sequencer issues the payload words, one a clock on credits, into a FIFO in
+   front of it. The deparser serializes them and recomputes ICRC and IPv4 checksum. ``FrameRouter``
+   sends each frame out of the port that the forwarding table gives for its destination MAC (the
+   default port for any other MAC).
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus one clock per frame in the monitor
-(``LOOKUP``); the emitter fetches each frame's first word in the clock the previous frame ends, and the
-deparser starts a frame only once that word is there, so frames out never pause in the middle (docs:
-"Open items").
+(``LOOKUP``; two at 64 bits, where each frame's headers leave clocks to spare); the deparser starts a
+frame only once its first payload word is there, and the payload sequencer then keeps up with it, so
+frames out never pause in the middle (docs: "Open items").
 
 Control registers (``csr``: ``addr`` is a word address; ``wdata`` and ``we`` write; ``rdata`` shows
 the counter at ``addr`` the clock after):
@@ -65,12 +67,12 @@ from ..sim.switch_model import COUNTERS, GAP_PSN_SHIFT
 from ..wire import (AGG_MAGIC, AGG_VERSION, BTH, CONTROL_MAGIC, CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES,
                     ETH_HEADER, ETH_MIN_FRAME, ETHERTYPE_IPV4, ICRC_BYTES, IPV4_HEADER, UDP_HEADER, ControlType,
                     header_bytes)
-from .deparser import RoceDeparser
+from .deparser import RoceDeparser, lanes_below
 from .fp.adder import check_int
 from .parser import RoceParser
 from .ports import FrameArbiter, FrameRouter, check_ports
 from .slots import SlotMemory
-from .stream import ParsedHeader, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
+from .stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
 
 __all__ = ["NetReduceSwitch", "CSR", "csr_signature"]
 
@@ -312,9 +314,11 @@ class NetReduceSwitch(wiring.Component):
                         m.d.sync += [pk_bitmap[(j * K + k) * M + i].eq(0), pk_ready[(j * K + k) * M + i].eq(0)]
 
         # --- between the monitor and the emitter ------------------------------------------------------------
+        # ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
+        frame_beats = -(-self.max_frame // B)
         Descriptor = data.StructLayout({
             "kind": 2,
-            "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": beat_bits + 1, "length": 16,
+            "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": range(frame_beats + 1), "length": 16,
             "own": 8 * _OWN_BYTES,
             "job": job_bits, "k": k_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1,
             "value": 32,
@@ -323,7 +327,7 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=64)
         m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=64)
         request_layout = slots.sum_request.payload.shape()
-        m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=4)
+        m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=5)
         m.d.comb += [
             slots.sum_request.payload.eq(sum_requests.r_data),
             slots.sum_request.valid.eq(sum_requests.r_rdy),
@@ -334,7 +338,6 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [descriptors.w_data.eq(new_descriptor), sum_requests.w_data.eq(new_request)]
 
         # packet ring: committed and speculative write pointers
-        frame_beats = -(-self.max_frame // B)
         ring_bits = ceil_log2(2 * frame_beats + 2)
         ring_depth = 1 << ring_bits
         StoredBeat = data.StructLayout({"data": W, "keep": B, "last": 1, "verdict": 3})
@@ -598,7 +601,7 @@ class NetReduceSwitch(wiring.Component):
         # The decision. Everything the last beat settles (the verdicts, the size, whether the aggregation
         # header is right and whether the payload ends at its length) only ever turns the plan's outcome
         # into DROP. So the plan alone says what a commit would do (``intended``, for the payload ending
-        # at its length and a right header), and the last beat only whether it does (``survives``): what
+        # at its length and a right header), and the last beat only whether it does (``happens``): what
         # is written and where the monitor goes next come from registers, only the write enables from the
         # beat. The outcome for each value of the two facts is worked out too, for the counters.
         def decide_from_plan(agg_ok, ends_at_length):
@@ -647,20 +650,19 @@ class NetReduceSwitch(wiring.Component):
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
         intended = Signal(range(len(Outcome)))
         m.d.comb += intended.eq(Mux(checking, O["CREDIT"], by_facts[0b11][0]))
-        # the facts the intended outcome needs: a duplicate's and a contribution's payload ends at its
-        # length, a first contribution's aggregation header is right
-        facts_hold, survives = Signal(), Signal()
-        m.d.comb += facts_hold.eq(
-            Mux((intended == O["DUPLICATE"]) | (intended == O["CONTRIBUTE"]), ends_at_length, 1)
-            & Mux((intended == O["CONTRIBUTE"]) & plan.first, agg_ok, 1))
-        with m.If(checking):
-            m.d.comb += survives.eq(request_valid & ~oversize)
-        with m.Else():
-            m.d.comb += survives.eq(~bad & ~oversize & ~too_long & facts_hold)
+        # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
+        # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
+        size_ok = ~oversize & ~too_long
+        needs = {
+            "FORWARD": ~bad & size_ok, "FORWARD_GAP": ~bad & size_ok, "ACK": ~bad & size_ok,
+            "DUPLICATE": ~bad & ends_at_length,
+            "CONTRIBUTE": ~bad & ends_at_length & (agg_ok | ~plan.first),
+            "CREDIT": request_valid & ~oversize,
+        }
 
         def happens(*kinds):
             """The frame being committed has one of these outcomes."""
-            return Cat(*[intended == O[kind] for kind in kinds]).any() & survives
+            return Cat(*[(intended == O[kind]) & needs[kind] for kind in kinds]).any()
 
         # The reason each frame is counted under, a clock after its commit, from what the commit registered.
         Settled = data.StructLayout({"checking": 1, "request_valid": 1, "bad": 1, "icrc_ok": 1, "oversize": 1,
@@ -708,7 +710,7 @@ class NetReduceSwitch(wiring.Component):
         ]
         with m.Switch(intended):
             with m.Case(O["FORWARD"], O["FORWARD_GAP"], O["ACK"]):
-                m.d.comb += new_descriptor.kind.eq(FORWARD)
+                m.d.comb += [new_descriptor.kind.eq(FORWARD), new_descriptor.beats.eq(beat_index + 1)]
             with m.Case(O["DUPLICATE"]):
                 m.d.comb += [new_descriptor.kind.eq(DUPLICATE), new_descriptor.rslot.eq(plan.dup_rslot),
                              new_descriptor.index0.eq(plan.dup_index0), new_descriptor.beats.eq(packet_beats),
@@ -737,8 +739,11 @@ class NetReduceSwitch(wiring.Component):
         release_allowed = Signal()      # the ACK that led to RELEASE_CHECK was not dropped
 
         # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
-        # so that taking the last beat does not wait on the outcome)
-        room = descriptors.w_rdy & headers.w_rdy & sum_requests.w_rdy
+        # so that taking the last beat does not wait on the outcome); registered: two entries free a clock
+        # ago leave one now, for the one write a clock
+        room = Signal()
+        m.d.sync += room.eq((descriptors.level < descriptors.depth - 1) & (headers.level < headers.depth - 1)
+                            & (sum_requests.level < sum_requests.depth - 1))
 
         with m.FSM(name="monitor"):
             def take_header():
@@ -754,7 +759,7 @@ class NetReduceSwitch(wiring.Component):
             def commit(ring_written):
                 """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
                 count("frames_in")
-                m.d.sync += [settling.eq(1), settled.eq(settled_now), release_allowed.eq(survives)]
+                m.d.sync += [settling.eq(1), settled.eq(settled_now), release_allowed.eq(needs["ACK"])]
                 with m.If(happens("FORWARD", "FORWARD_GAP", "ACK")):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
                     m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
@@ -890,107 +895,120 @@ class NetReduceSwitch(wiring.Component):
         unsent_sub, unsent_sub_at, K = env["unsent_sub"], env["unsent_sub_at"], self.message_slots
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
 
-        d = Signal(Descriptor)
-        worker = Signal(range(N + 1))
-        out = deparser.i
-        taken = Signal()
-        m.d.comb += taken.eq(out.valid & out.ready)
-
-        # The payload sequencer starts each frame in the clock the previous one's last beat is taken (or
-        # as soon as its descriptor is there): ``start`` fetches the first word of frame ``nx`` for worker
-        # ``nx_worker`` (the payload job being dispatched, or the current descriptor's next worker).
+        # The payload sequencer issues the payload words of each frame, one a clock, into the ``outgoing``
+        # FIFO in front of the deparser, while it holds a credit for an entry of that FIFO (counted in a
+        # register): nothing it decides waits on the deparser taking a word. Each frame's words come from
+        # one source: the packet ring (a FORWARD frame's words, as many as its descriptor says), the result
+        # memory (a slot's sum or a duplicate's stored sum, with a first packet's own 16 bytes over its
+        # start: a duplicate's from its descriptor, a result's from the header store) or the CREDIT control
+        # frame built from the descriptor. A word issued in one clock is written in the next (``issued``).
         m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
+        outgoing_depth = 8          # credits return two clocks after an issue at the earliest, plus the FIFO
+        m.submodules.outgoing = outgoing = SyncFIFOBuffered(width=PayloadBeat(W).size, depth=outgoing_depth)
+        out = deparser.i
+        m.d.comb += [out.valid.eq(outgoing.r_rdy), out.payload.eq(outgoing.r_data), outgoing.r_en.eq(out.ready)]
+        credits = Signal(range(outgoing_depth + 1), init=outgoing_depth)
+
         job = data.View(Descriptor, payload_jobs.r_data)
-        start, start_from_job = Signal(), Signal()
-        nx = Signal(Descriptor)
-        nx_worker = Signal(range(N + 1))
-        m.d.comb += nx.eq(Mux(start_from_job, payload_jobs.r_data, d.as_value()))
+        d = Signal(Descriptor)                  # the descriptor whose frames are being issued
+        worker = Signal(range(N + 1))           # ... for this worker
+        loaded, awaiting_sum = Signal(), Signal()
+        beat_no, last_no = Signal(range(self.max_frame // B + 2)), Signal(range(self.max_frame // B + 2))
+        more = Signal()                         # another frame of the descriptor follows (next worker)
+        go = Signal()
+        m.d.comb += go.eq(loaded & (credits != 0))
+        is_last = beat_no == last_no
+        m.d.sync += credits.eq(credits - go + (out.valid & out.ready))
 
-        # payload source 1: the packet ring (registered read, one word ahead, across frames: the ring holds
-        # exactly the FORWARD frames, in descriptor order, so the next frame's first word waits on the port)
-        ring_active, ring_valid = Signal(), Signal()
-        ring_last = ring_r.data.last
-        ring_issue = (ring_read != ring_committed) & (~ring_valid | (taken & ring_active))
-        m.d.comb += [ring_r.en.eq(ring_issue), ring_r.addr.eq(ring_read[:ring_bits])]
-        with m.If(ring_issue):
-            m.d.sync += [ring_read.eq(ring_read + 1), ring_valid.eq(1)]
-        with m.Elif(taken & ring_active):
-            m.d.sync += ring_valid.eq(0)
+        # finished sums, taken from the slot memory as they come (sums finish in the order of the RESULTS
+        # descriptors), so that sums run ahead of the emission by as many packet slots as there are
+        sums_ready = Signal(range(self.slots + 2))
+        sum_used = Signal()
+        m.d.comb += slots.sum_done.ready.eq(1)
+        m.d.sync += sums_ready.eq(sums_ready + slots.sum_done.valid - sum_used)
 
-        # payload source 2: the result memory, with a first packet's own 16 bytes (a duplicate's from its
-        # descriptor, a result's from the header store, read with the first word)
-        read = slots.read[0]
-        result_active, result_valid = Signal(), Signal()
-        issued = Signal(range(Pb + 2))
-        shown = Signal(range(Pb + 1))           # beat index of the word on read.data
-        own = Signal(8 * 16)
-        result_start = start & ((nx.kind == RESULTS) | (nx.kind == DUPLICATE))
-        result_issue = result_active & (issued < d.beats) & (~result_valid | taken)
-        m.d.comb += [read.en.eq(result_issue | result_start), read.result_slot.eq(Mux(result_start, nx.rslot, d.rslot)),
-                     read.beat.eq(Mux(result_start, 0, issued)),
-                     own_r.en.eq(result_start & (nx.kind == RESULTS)), own_r.addr.eq(nx.slot * N + nx_worker)]
-        with m.If(result_start):
-            m.d.sync += [issued.eq(1), shown.eq(0), result_valid.eq(1), own.eq(nx.own)]
-        with m.Elif(result_issue):
-            m.d.sync += [issued.eq(issued + 1), shown.eq(issued), result_valid.eq(1)]
-        with m.Elif(taken):
-            m.d.sync += result_valid.eq(0)
-        own_bytes = Mux(d.kind == DUPLICATE, own, own_r.data.own)
-        result_data = Signal(W)
-        m.d.comb += result_data.eq(read.data)
-        for lane in range(min(B, 16)):
-            for beat_no in range(16 // B if B < 16 else 1):
-                if beat_no * B + lane < 16:
-                    with m.If(d.index0 & (shown == beat_no)):
-                        m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (beat_no * B + lane):][:8])
-        result_last = shown == d.beats - 1
-        tail = Signal(range(B + 1))
-        m.d.comb += tail.eq(d.length - ((d.beats - 1) << exact_log2(B)))
-        result_keep = Mux(result_last, Cat(*[Const(i) < tail for i in range(B)]), (1 << B) - 1)
-
-        # payload source 3: a CREDIT control frame, 60 bytes
         control_beats = -(-ETH_MIN_FRAME // B)
-        control = Signal(8 * B * control_beats)
-        control_beat = Signal(range(control_beats + 1))
-        control_active = Signal()
-        # the IPv4 checksum of each connection's control frames depends on configuration only: registered
+        with m.If(go):
+            m.d.sync += beat_no.eq(Mux(is_last, 0, beat_no + 1))
+            with m.If(is_last & more):
+                m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
+        take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
+        with m.If(take):
+            m.d.comb += payload_jobs.r_en.eq(1)
+            m.d.sync += loaded.eq(0)
+            with m.If(payload_jobs.r_rdy):
+                several = job.all | (job.kind == RESULTS)       # one frame per worker, from worker 0
+                sum_now = (job.kind == RESULTS) & (sums_ready != 0)
+                m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(Mux(several, 0, job.worker)),
+                             more.eq(several & (job.workers > 1)),
+                             # (a payload of no bytes still takes one word, with no byte kept)
+                             last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
+                                            Mux(job.beats == 0, 0, job.beats - 1))),
+                             loaded.eq((job.kind != RESULTS) | sum_now), awaiting_sum.eq((job.kind == RESULTS) & ~sum_now)]
+                m.d.comb += sum_used.eq(sum_now)
+        with m.If(awaiting_sum & (sums_ready != 0)):
+            m.d.sync += [loaded.eq(1), awaiting_sum.eq(0)]
+            m.d.comb += sum_used.eq(1)
+        with m.If(go & is_last & ~more):
+            m.d.comb += [unsent_sub.eq(d.kind == RESULTS), unsent_sub_at.eq(d.job * K + d.k)]
+
+        # the sources' reads, issued with the word
+        read = slots.read[0]
+        from_ring, from_results = d.kind == FORWARD, (d.kind == RESULTS) | (d.kind == DUPLICATE)
+        m.d.comb += [
+            ring_r.en.eq(go & from_ring), ring_r.addr.eq(ring_read[:ring_bits]),
+            read.en.eq(go & from_results), read.result_slot.eq(d.rslot), read.beat.eq(beat_no),
+            own_r.en.eq(go & (d.kind == RESULTS) & (beat_no == 0)), own_r.addr.eq(d.slot * N + worker),
+        ]
+        with m.If(go & from_ring):
+            m.d.sync += ring_read.eq(ring_read + 1)
+
+        # a CREDIT control frame, 60 bytes; the IPv4 checksum of each connection's control frames depends
+        # on configuration only: registered
         checksums = Array(Signal(16, name=f"control_checksum_{c}") for c in range(self.connections))
         for c in range(self.connections):
             m.d.sync += checksums[c].eq(self._ipv4_checksum(m, sw_ip, req_ip[c]))
-        conn = nx.job * N + nx_worker
+        conn = d.job * N + worker
         frame = self._control_frame(dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw_mac, src_ip=sw_ip,
-                                    checksum=checksums[conn], port=ctl_port, job=job_id[nx.job], worker=nx_worker,
-                                    value=nx.value)
-        control_start = start & (nx.kind == CREDITS)
-        control_words = Array(control[i * W:(i + 1) * W] for i in range(control_beats))
-        last_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
+                                    checksum=checksums[conn], port=ctl_port, job=job_id[d.job], worker=worker,
+                                    value=d.value)
+        control_words = Array(frame[i * W:(i + 1) * W] for i in range(control_beats))
 
-        # the payload goes to the deparser only in PAYLOAD; the readers fetch their first word before
-        payload_phase, frame_done = Signal(), Signal()
-        m.d.comb += frame_done.eq(payload_phase & taken & out.payload.last)
-        for active, starts in ((ring_active, start & (nx.kind == FORWARD)), (result_active, result_start),
-                               (control_active, control_start)):
-            with m.If(starts):
-                m.d.sync += active.eq(1)
-            with m.Elif(frame_done):
-                m.d.sync += active.eq(0)
-        with m.If(ring_active):
-            m.d.comb += [out.valid.eq(ring_valid & payload_phase), out.payload.data.eq(ring_r.data.data),
-                         out.payload.keep.eq(ring_r.data.keep), out.payload.last.eq(ring_last),
-                         out.payload.verdict.eq(ring_r.data.verdict)]
-        with m.Elif(result_active):
-            m.d.comb += [out.valid.eq(result_valid & payload_phase), out.payload.data.eq(result_data),
-                         out.payload.keep.eq(result_keep), out.payload.last.eq(result_last),
-                         out.payload.first.eq(shown == 0), out.payload.verdict.eq(_GOOD_VERDICT)]
-        with m.Elif(control_active):
-            is_last = control_beat == control_beats - 1
-            m.d.comb += [out.valid.eq(payload_phase), out.payload.data.eq(control_words[control_beat]),
-                         out.payload.keep.eq(Mux(is_last, last_keep, (1 << B) - 1)),
-                         out.payload.last.eq(is_last), out.payload.first.eq(control_beat == 0)]
-            with m.If(taken):
-                m.d.sync += control_beat.eq(control_beat + 1)
-        with m.If(control_start):
-            m.d.sync += [control.eq(frame), control_beat.eq(0)]
+        # the word issued a clock ago, with what the descriptor said of it
+        Issued = data.StructLayout({"valid": 1, "kind": 2, "first": 1, "last": 1, "keep": B, "overlay": 1,
+                                    "beat": range(max(1, 16 // B) + 1), "own": 8 * 16, "control": W})
+        issued = Signal(Issued)
+        last_control_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
+        m.d.sync += [
+            issued.valid.eq(go), issued.kind.eq(d.kind), issued.first.eq(beat_no == 0), issued.last.eq(is_last),
+            issued.keep.eq(Mux(d.kind == CREDITS, Mux(is_last, last_control_keep, (1 << B) - 1),
+                               lanes_below(d.length, beat_no, B))),
+            issued.overlay.eq(d.index0 & (beat_no < max(1, 16 // B))), issued.beat.eq(beat_no),
+            issued.control.eq(control_words[beat_no]),
+        ]
+        with m.If(go & (beat_no == 0)):
+            m.d.sync += issued.own.eq(d.own)
+        word = Signal(PayloadBeat(W))
+        result_data = Signal(W)
+        own_bytes = Mux(issued.kind == DUPLICATE, issued.own, own_r.data.own)
+        m.d.comb += result_data.eq(read.data)
+        with m.If(issued.overlay):
+            for lane in range(min(B, 16)):
+                for beat_no_ in range(max(1, 16 // B)):
+                    if beat_no_ * B + lane < 16:
+                        with m.If(issued.beat == beat_no_):
+                            m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (beat_no_ * B + lane):][:8])
+        m.d.comb += [word.first.eq(issued.first), word.last.eq(issued.last), word.keep.eq(issued.keep),
+                     word.verdict.eq(_GOOD_VERDICT)]
+        with m.Switch(issued.kind):
+            with m.Case(FORWARD):
+                m.d.comb += [word.data.eq(ring_r.data.data), word.keep.eq(ring_r.data.keep),
+                             word.verdict.eq(ring_r.data.verdict)]
+            with m.Case(RESULTS, DUPLICATE):
+                m.d.comb += word.data.eq(result_data)
+            with m.Case(CREDITS):
+                m.d.comb += word.data.eq(issued.control)
+        m.d.comb += [outgoing.w_en.eq(issued.valid), outgoing.w_data.eq(word)]
 
         # Two sequencers walk the descriptors in the same order: the header sequencer hands the deparser
         # every frame's header record as early as it takes them (its plan FIFO holds the next ones), the
@@ -1040,49 +1058,6 @@ class NetReduceSwitch(wiring.Component):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):
                         m.next = "TAKE"
-
-        # the payload sequencer
-
-        def dispatch():
-            """Take the next payload job, if any, and start its first frame (a result's once its sum is done)."""
-            m.d.comb += payload_jobs.r_en.eq(1)
-            with m.If(payload_jobs.r_rdy):
-                first_worker = Mux(job.all | (job.kind == RESULTS), 0, job.worker)
-                m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(first_worker)]
-                m.d.comb += [start_from_job.eq(1), nx_worker.eq(first_worker)]
-                with m.If((job.kind != RESULTS) | (sums_ready != 0)):
-                    m.d.comb += [start.eq(1), sum_used.eq(job.kind == RESULTS)]
-                    m.next = "PAYLOAD"
-                with m.Else():
-                    m.next = "WAIT_SUM"
-            with m.Else():
-                m.next = "IDLE"
-
-        # finished sums, taken from the slot memory as they come (sums finish in the order of the RESULTS
-        # descriptors), so that sums run ahead of the emission by as many packet slots as there are
-        sums_ready = Signal(range(self.slots + 2))
-        sum_used = Signal()
-        m.d.comb += slots.sum_done.ready.eq(1)
-        m.d.sync += sums_ready.eq(sums_ready + slots.sum_done.valid - sum_used)
-
-        with m.FSM(name="payloads"):
-            with m.State("IDLE"):
-                dispatch()
-            with m.State("WAIT_SUM"):
-                m.d.comb += nx_worker.eq(worker)
-                with m.If(sums_ready != 0):
-                    m.d.comb += [start.eq(1), sum_used.eq(1)]
-                    m.next = "PAYLOAD"
-            with m.State("PAYLOAD"):
-                m.d.comb += payload_phase.eq(1)
-                more = (worker + 1 < d.workers) & ((d.kind == RESULTS) | ((d.kind == CREDITS) & d.all))
-                with m.If(frame_done):
-                    m.d.comb += [unsent_sub.eq((d.kind == RESULTS) & ~more), unsent_sub_at.eq(d.job * K + d.k)]
-                    with m.If(more):
-                        m.d.sync += worker.eq(worker + 1)
-                        m.d.comb += [start.eq(1), nx_worker.eq(worker + 1)]
-                    with m.Else():
-                        dispatch()
 
     _IPV4_FIXED = 0x4500 + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 header words
 
