@@ -3,34 +3,40 @@
 Behaviour: docs/ARCHITECTURE.md, "Deparser contract". Structure (one output beat per clock, with no
 bubbles between back-to-back frames):
 
-``serialize``  turns each header record into the bytes of its headers (IPv4 checksum recomputed) and
-               their length; one record per clock into the plan FIFO;
+``serialize``  takes each header record from a FIFO and turns it into the bytes of its headers and
+               their length, with the sum of the IPv4 header's words (its checksum is folded from
+               that sum when the merge builds the beat that holds it); one record per clock into the
+               plan FIFO;
 ``merge``      emits the frame beat by beat: whole header beats, then header tail and payload merged at
                the header length's byte offset, then the payload's last bytes, zero placeholders for
                the ICRC and zero Ethernet padding up to 60 bytes (with ``whole_frames``, a frame
-               starts only once its payload's first beat is there);
+               starts only once its payload's first beat is there). A loop decides which beat comes
+               next from registers and small precomputed facts (the beats left after the payload's
+               end, whether the last payload beat's bytes leave the ICRC in its beat); a clock later a
+               stage builds that beat (lanes, merged bytes) from what the loop registered;
 ``icrc``       a pipeline beside the frame: masks the ICRC fields, accumulates the CRC, *rewinds* the
                state over the zero bytes after the region in the beat that holds the ICRC (one fixed
                matrix per bit of that count, one stage each), and writes the ICRC into its placeholder,
                spilling into the next beat when it straddles two.
 
-No ``ready`` is a chain through the stages: the payload comes in through a FIFO (``i.ready`` is its
-registered room), the ICRC pipeline never stalls, and its beats go into an output FIFO that the merge
-stage may fill only while it holds a credit (one per free entry, counted in a register), so ``o.ready``
-reaches nothing but that FIFO.
+No ``ready`` is a chain through the stages: the header records and the payload come in through FIFOs
+(``hdr.ready`` and ``i.ready`` are their registered room), the ICRC pipeline never stalls, and its beats
+go into an output FIFO that the merge stage may fill only while it holds a credit (one per free entry,
+counted in a register), so ``o.ready`` reaches nothing but that FIFO.
 """
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..wire import (AETH, BTH, DETH, ETH_MIN_FRAME, ETHERTYPE_VLAN, ICRC_BYTES, IETH, IMMDT, IPV4_HEADER,
-                    IPV6_HEADER, RETH, UDP_HEADER, header_bytes)
+from ..wire import (AETH, BTH, DETH, ETH_HEADER, ETH_MIN_FRAME, ETHERTYPE_VLAN, ICRC_BYTES, IETH, IMMDT,
+                    IPV4_HEADER, IPV6_HEADER, RETH, UDP_HEADER, field_offsets, header_bytes)
 from .crc import apply_taps, crc_update, icrc_beat_masks, rewind_taps
 from .parser import POS_BITS, keep_count, window_bytes_for
-from .stream import FrameBeat, PayloadBeat, check_width, frame_stream, header_stream, payload_stream
+from .stream import (FrameBeat, ParsedHeader, PayloadBeat, check_width, frame_stream, header_stream,
+                     payload_stream)
 
 __all__ = ["RoceDeparser", "serialize_header", "lanes_below"]
 
@@ -49,20 +55,37 @@ def _pack(table, values):
     return [word[total - 8 * (i + 1):total - 8 * i] for i in range(total // 8)]
 
 
-def ipv4_checksum(header_bytes_list):
-    """The IPv4 header checksum of 20 header bytes whose checksum bytes are zero."""
-    words = [Cat(header_bytes_list[2 * i + 1], header_bytes_list[2 * i]) for i in range(10)]
-    total = sum(words)              # at most 20 bits
+def ipv4_sum(header_bytes_list):
+    """The sum of the 10 words of 20 IPv4 header bytes (at most 20 bits), before the ones' complement fold."""
+    return sum(Cat(header_bytes_list[2 * i + 1], header_bytes_list[2 * i]) for i in range(10))
+
+
+def checksum_of_sum(total):
+    """The IPv4 header checksum from the sum of the header's words (its checksum bytes zero)."""
     once = total[0:16] + total[16:]
     twice = once[0:16] + once[16:]
     return ~twice[0:16]
 
 
+def ipv4_checksum(header_bytes_list):
+    """The IPv4 header checksum of 20 header bytes whose checksum bytes are zero."""
+    return checksum_of_sum(ipv4_sum(header_bytes_list))
+
+
+IPV4_SUM_BITS = 20
+# where the IPv4 header checksum is in a frame without and with a VLAN tag
+IPV4_CHECKSUM_AT = [header_bytes(ETH_HEADER) + 4 * vlan + field_offsets(IPV4_HEADER)["checksum"][0] // 8
+                    for vlan in (0, 1)]
+
+
 def serialize_header(m, hdr, window_bytes):
-    """The header bytes of record ``hdr`` (lane 0 first) and their length, as new signals."""
+    """The header bytes of record ``hdr`` (lane 0 first), their length, their layout and the sum of the IPv4
+    header's words, as new signals. The IPv4 checksum bytes are left zero: the checksum is the sum's
+    ones' complement fold (``checksum_of_sum``), which the deparser works out a clock later."""
     header = Signal(8 * window_bytes)
     length = Signal(8)
     layout = Signal(2)
+    ip_sum = Signal(IPV4_SUM_BITS)
     nbytes_of = {name: header_bytes(table) for name, table in
                  (("deth", DETH), ("reth", RETH), ("aeth", AETH), ("immdt", IMMDT), ("ieth", IETH))}
 
@@ -89,9 +112,8 @@ def serialize_header(m, hdr, window_bytes):
                         "total_length": hdr.ip_len, "identification": hdr.ip_id,
                         "flags_fragment": hdr.ip_flags_frag, "ttl": hdr.ip_ttl, "protocol": hdr.ip_proto,
                         "src": hdr.ip_src[:32], "dst": hdr.ip_dst[:32]}
-                    checksum = Signal(16)
-                    m.d.comb += checksum.eq(ipv4_checksum(_pack(IPV4_HEADER, fields)))
-                    ip = _pack(IPV4_HEADER, {**fields, "checksum": checksum})
+                    m.d.comb += ip_sum.eq(ipv4_sum(_pack(IPV4_HEADER, fields)))
+                    ip = _pack(IPV4_HEADER, fields)
                 udp = _pack(UDP_HEADER, {"sport": hdr.udp_sport, "dport": hdr.udp_dport,
                                          "length": hdr.udp_len, "checksum": hdr.udp_csum})
                 bth = _pack(BTH, {name: getattr(hdr, f"bth_{name}") for name, _ in BTH})
@@ -118,16 +140,18 @@ def serialize_header(m, hdr, window_bytes):
                 extensions = sum(Mux(getattr(hdr, f"has_{name}"), size, 0) for name, size in nbytes_of.items())
                 with m.If(hdr.roce):
                     m.d.comb += length.eq(after + extensions)
-    return header, length, layout
+    return header, length, layout, ip_sum
 
 
-def Plan(window_bytes):
+def Plan(window_bytes, nbytes):
     return data.StructLayout({
         "header": 8 * window_bytes,
         "length": 8,
         "layout": 2,
         "roce": 1,
         "ipv4": 1,
+        "icrc_room": range(nbytes),     # a last payload beat of fewer bytes leaves the ICRC in its beat
+        "ip_sum": IPV4_SUM_BITS,        # the IPv4 header's words summed (its checksum bytes are zero)
     })
 
 
@@ -174,19 +198,27 @@ class RoceDeparser(wiring.Component):
         m = Module()
         nbytes, width = self.beat_bytes, self.width
         lane_bits = exact_log2(nbytes)
-        plan_layout = Plan(self.window_bytes)
+        plan_layout = Plan(self.window_bytes, nbytes)
         side = _side_layout(nbytes)
 
         # --- serialize ----------------------------------------------------------------------------
+        # The header records come in through a FIFO, so that ``hdr.ready`` is a register compare and the
+        # serializer starts from a register; it writes one plan per clock into the plan FIFO.
+        m.submodules.records = records = SyncFIFOBuffered(width=ParsedHeader.size, depth=3)
+        m.d.comb += [records.w_data.eq(self.hdr.payload), records.w_en.eq(self.hdr.valid),
+                     self.hdr.ready.eq(records.w_rdy)]
+        record = data.View(ParsedHeader, records.r_data)
         m.submodules.plans = plans = SyncFIFOBuffered(width=plan_layout.size, depth=3)
-        header, length, layout = serialize_header(m, self.hdr.payload, self.window_bytes)
+        header, length, layout, ip_sum = serialize_header(m, record, self.window_bytes)
         plan_in = Signal(plan_layout)
         m.d.comb += [
             plan_in.header.eq(header), plan_in.length.eq(length), plan_in.layout.eq(layout),
-            plan_in.roce.eq(self.hdr.payload.roce), plan_in.ipv4.eq(self.hdr.payload.ip_version == 4),
+            plan_in.roce.eq(record.roce), plan_in.ipv4.eq(record.ip_version == 4), plan_in.ip_sum.eq(ip_sum),
+            plan_in.icrc_room.eq(Mux(length[0:lane_bits] + ICRC_BYTES - 1 < nbytes,
+                                     nbytes - (ICRC_BYTES - 1) - length[0:lane_bits], 0)),
             plans.w_data.eq(plan_in),
-            plans.w_en.eq(self.hdr.valid),
-            self.hdr.ready.eq(plans.w_rdy),
+            plans.w_en.eq(records.r_rdy),
+            records.r_en.eq(plans.w_rdy),
         ]
 
         # --- the ICRC pipeline: stage 0 is the merge output, the last stage feeds the output FIFO ---
@@ -196,9 +228,10 @@ class RoceDeparser(wiring.Component):
         valid = [Signal(name=f"stage{k}_valid") for k in range(len(stages))]
 
         # The pipeline never stalls: a beat enters it only with a credit for an entry of the output FIFO.
-        # Credits come back one clock after ``o`` takes a beat and the FIFO shows a beat two clocks after
-        # its write, so ``len(stages) + 3`` entries keep one beat per clock going; one more is spare.
-        frame_fifo_depth = len(stages) + 4
+        # A beat enters the stages a clock after the merge loop takes its credit (``decided``), credits
+        # come back one clock after ``o`` takes a beat and the FIFO shows a beat two clocks after its
+        # write, so ``len(stages) + 4`` entries keep one beat per clock going; one more is spare.
+        frame_fifo_depth = len(stages) + 5
         m.submodules.frames = frames = SyncFIFOBuffered(width=FrameBeat(width).size, depth=frame_fifo_depth)
         credits = Signal(range(frame_fifo_depth + 1), init=frame_fifo_depth)
         returned = Signal()
@@ -212,25 +245,42 @@ class RoceDeparser(wiring.Component):
                      payloads.w_en.eq(self.i.valid), self.i.ready.eq(payloads.w_rdy)]
         incoming_beat = data.View(Incoming, payloads.r_data)
 
-        # --- merge --------------------------------------------------------------------------------
+        # --- merge: a loop that decides which beat comes next, and a stage that builds that beat ------
+        # The loop holds only what the next beat depends on: its index, whether the frame goes on, whether
+        # the payload has ended and how many beats follow its end. Where the payload and the frame end is
+        # counted relative to the beat (small sums, not positions in the frame), and the beat's lanes and
+        # merged bytes are worked out a clock later from what the loop registered (``decided``).
         active = Signal()
         held = Signal(plan_layout)
         plan = Signal(plan_layout)
         m.d.comb += plan.eq(Mux(active, held.as_value(), plans.r_data))
+        next_plan = data.View(plan_layout, plans.r_data)
         have_plan = active | plans.r_rdy
         index = Signal(POS_BITS - lane_bits)    # output beat index within the frame
-        pos = Signal(POS_BITS)
-        m.d.comb += pos.eq(Cat(C(0, lane_bits), index))
+        in_header = Signal()                    # beat ``index`` holds no payload byte
+        in_header_next = Signal()               # ... nor does beat ``index + 1`` (once active)
         payload_done = Signal()
-        payload_end = Signal(POS_BITS)          # position just after the payload (once done)
         stomp = Signal()                        # the frame's verdicts were bad (once done)
-        frame_end = Signal(POS_BITS)            # position just after the frame (once done)
-        prev = Signal(width)                    # the previous payload beat
+        after_end = Signal(range(3))            # beats still to come after the payload ended (once done)
+        # bytes from the start of the next beat to the payload's end and to the frame's end (once done)
+        rel_range = range(-3 * nbytes, 2 * nbytes + ETH_MIN_FRAME)
+        payload_end_next = Signal(rel_range)
+        frame_end_next = Signal(rel_range)
+
+        # The beats that follow the one holding the payload's last byte: those the ICRC reaches into, or
+        # one to pad a short frame to 60 bytes. A RoCE frame's payload starts at or after byte 54 (the
+        # shortest headers), so padding adds at most one beat, and only where the ICRC adds none.
+        min_last = (ETH_MIN_FRAME - 1) >> lane_bits
+        shortest_headers = (header_bytes(ETH_HEADER) + header_bytes(IPV4_HEADER) + header_bytes(UDP_HEADER)
+                            + header_bytes(BTH))
+        assert min_last - (shortest_headers >> lane_bits) <= 1
+        past_min = Signal(init=min_last == 0)   # beat ``index`` is at or past the 60-byte frame's last
+        padded_here = ETH_MIN_FRAME - (min_last - 1) * nbytes     # a padded frame's end from beat min_last - 1
 
         shift = plan.length[0:lane_bits]
-        header_beats = plan.length[lane_bits:]
         beat_in = incoming_beat.beat
-        in_header = index < header_beats
+        nkeep = incoming_beat.bytes
+        m.d.comb += in_header.eq(Mux(active, in_header_next, next_plan.length[lane_bits:] != 0))
         consume = ~payload_done & ~in_header
         ready_to_emit = have_plan & (~consume | payloads.r_rdy)
         if self.whole_frames:
@@ -238,67 +288,125 @@ class RoceDeparser(wiring.Component):
         emit = ready_to_emit & (credits != 0)
         m.d.sync += credits.eq(credits - emit + returned)
 
-        nkeep = incoming_beat.bytes
-        end_now = Signal(POS_BITS)
-        total_now = Signal(POS_BITS)
-        m.d.comb += end_now.eq(Mux(payload_done, payload_end, Cat(shift, index) + nkeep))    # pos + shift + nkeep
         ends_now = consume & beat_in.last
         known = payload_done | ends_now
-        padded = Mux(end_now < ETH_MIN_FRAME - ICRC_BYTES, ETH_MIN_FRAME, end_now + ICRC_BYTES)
-        m.d.comb += total_now.eq(Mux(payload_done, frame_end, Mux(plan.roce, padded, end_now)))
+        payload_here = Signal(range(2 * nbytes))        # the payload's end from the beat's start, if it ends
+        m.d.comb += payload_here.eq(shift + nkeep)
+        icrc_beats = Signal(range(3))                   # beats after this one that the ICRC reaches into
+        m.d.comb += icrc_beats.eq((payload_here + (ICRC_BYTES - 1)) >> lane_bits)
+        beats_after = Signal(range(3))                  # (a non-RoCE plan has length 0: its payload ends here)
+        m.d.comb += beats_after.eq(Mux(plan.roce, Mux(icrc_beats != 0, icrc_beats, ~past_min), 0))
+        ends_here = ~plan.roce | (past_min & (nkeep < plan.icrc_room))     # beats_after == 0, with no sum
+        out_last = Mux(payload_done, after_end == 1, ends_now & ends_here)
 
-        # header bytes of this beat: the window at beat ``index``
-        header_part = Signal(width)
-        with m.Switch(index):
-            for k in range(self.window_bytes // nbytes):
-                with m.Case(k):
-                    m.d.comb += header_part.eq(plan.header[k * width:(k + 1) * width])
-        incoming = Mux(consume, beat_in.data, 0)
-        payload_part = Signal(width)
-        back = Signal(range(nbytes + 1))        # bytes of the previous payload beat in this beat
-        m.d.comb += [back.eq(nbytes - shift), payload_part.eq(Cat(prev, incoming) >> (back * 8))]
-        header_lanes = Signal(nbytes)
-        payload_lanes = Signal(nbytes)
-        out_keep = Signal(nbytes)
-        m.d.comb += [
-            header_lanes.eq(lanes_below(plan.length, index, nbytes)),
-            payload_lanes.eq(Mux(known, lanes_below(end_now, index, nbytes), (1 << nbytes) - 1) & ~header_lanes),
-            out_keep.eq(Mux(known, lanes_below(total_now, index, nbytes), (1 << nbytes) - 1)),
-        ]
-        lane_bytes = lambda lanes: Cat(*[lanes[i].replicate(8) for i in range(nbytes)])
-        out_data = (header_part & lane_bytes(header_lanes)) | (payload_part & lane_bytes(payload_lanes))
-        out_last = known & (total_now <= pos + nbytes)
-        icrc_here = plan.roce & known & (end_now[lane_bits:] == index)     # pos <= end_now < pos + nbytes
-        icrc_lane = end_now[0:lane_bits]
+        frame_here = Signal(range(2 * nbytes + ETH_MIN_FRAME))
+        with m.If(~plan.roce):
+            m.d.comb += frame_here.eq(payload_here)
+        with m.Elif(~past_min & (payload_here < padded_here - ICRC_BYTES)):
+            m.d.comb += frame_here.eq(padded_here)
+        with m.Else():
+            m.d.comb += frame_here.eq(payload_here + ICRC_BYTES)
+        payload_end = Signal(rel_range)                 # from this beat's start (once known)
+        frame_end = Signal(rel_range)
+        m.d.comb += [payload_end.eq(Mux(payload_done, payload_end_next, payload_here)),
+                     frame_end.eq(Mux(payload_done, frame_end_next, frame_here))]
         verdict = beat_in.verdict
         bad_now = ~(verdict.icrc_ok & (~plan.ipv4 | verdict.ipv4_csum_ok))
         stomp_now = Mux(payload_done, stomp, bad_now)
 
-        stage0 = stages[0]
+        # header bytes of this beat: the window at beat ``index`` (the switch looks at the low bits of the
+        # index only: past the window, the header lanes are none)
+        header_part = Signal(width)
+        window_beats = self.window_bytes // nbytes
+        with m.Switch(index[:max(1, (window_beats - 1).bit_length())]):
+            for k in range(window_beats):
+                with m.Case(k):
+                    m.d.comb += header_part.eq(plan.header[k * width:(k + 1) * width])
+        # ... with the IPv4 checksum (big-endian), folded from the plan's sum here rather than in the
+        # serializer behind the sum
+        checksum = Signal(16)
+        m.d.comb += checksum.eq(checksum_of_sum(plan.ip_sum))
+        for vlan, at in enumerate(IPV4_CHECKSUM_AT):
+            beat, lane = divmod(at, nbytes)
+            assert lane + 2 <= nbytes
+            with m.If((plan.layout == vlan) & (index == beat)):        # IPv4 (layout bit 1 clear)
+                m.d.comb += header_part[8 * lane:8 * (lane + 2)].eq(Cat(checksum[8:16], checksum[0:8]))
+
+        Decided = data.StructLayout({
+            "index": POS_BITS - lane_bits, "first": 1, "last": 1, "known": 1, "stomp": 1,
+            "roce": 1, "layout": 2,
+            "header_lanes": nbytes,
+            "back": range(nbytes + 1),          # bytes of the previous payload beat in this beat
+            "payload_end": rel_range,           # from the beat's start (once known)
+            "frame_end": rel_range,
+            "header": width,                    # the header window at ``index``
+            "incoming": width,                  # the payload beat taken (zero if none)
+        })
+        decided = Signal(Decided)
+        decided_valid = Signal()
         m.d.comb += [
             plans.r_en.eq(emit & ~active),
             payloads.r_en.eq(emit & consume),
         ]
-        m.d.sync += valid[0].eq(emit)
+        m.d.sync += decided_valid.eq(emit)
         with m.If(emit):
             m.d.sync += [
-                stage0.beat.data.eq(out_data), stage0.beat.keep.eq(out_keep),
-                stage0.beat.first.eq(index == 0), stage0.beat.last.eq(out_last),
-                stage0.roce.eq(plan.roce), stage0.layout.eq(plan.layout), stage0.index.eq(index),
-                stage0.icrc_here.eq(icrc_here), stage0.icrc_lane.eq(icrc_lane),
-                stage0.rewind.eq(nbytes - icrc_lane), stage0.stomp.eq(stomp_now),
+                decided.index.eq(index), decided.first.eq(index == 0), decided.last.eq(out_last),
+                decided.known.eq(known), decided.stomp.eq(stomp_now),
+                decided.roce.eq(plan.roce), decided.layout.eq(plan.layout),
+                decided.header_lanes.eq(lanes_below(plan.length, index, nbytes)),
+                decided.back.eq(nbytes - shift),
+                decided.payload_end.eq(payload_end), decided.frame_end.eq(frame_end),
+                decided.header.eq(header_part), decided.incoming.eq(Mux(consume, beat_in.data, 0)),
                 stomp.eq(stomp_now),
                 index.eq(Mux(out_last, 0, index + 1)),
                 active.eq(~out_last),
                 held.eq(plan),
+                in_header_next.eq(index + 1 < plan.length[lane_bits:]),
                 payload_done.eq(known & ~out_last),
-                payload_end.eq(end_now),
-                frame_end.eq(total_now),
+                after_end.eq(Mux(payload_done, after_end - 1, beats_after)),
+                payload_end_next.eq(payload_end - nbytes),
+                frame_end_next.eq(frame_end - nbytes),
             ]
-            with m.If(consume):
-                m.d.sync += prev.eq(beat_in.data)
-            with m.If(~consume):
-                m.d.sync += prev.eq(0)
+            if min_last:
+                m.d.sync += past_min.eq(Mux(out_last, 0, past_min | (index == min_last - 1)))
+
+        # the beat: header lanes below the header length, payload lanes up to the payload's end (the
+        # previous payload beat's tail, then the current beat's head), zero lanes up to the frame's end
+        prev = Signal(width)                    # the previous payload beat (zero after the payload)
+        with m.If(decided_valid):
+            m.d.sync += prev.eq(decided.incoming)
+        payload_part = Signal(width)
+        m.d.comb += payload_part.eq(Cat(prev, decided.incoming) >> (decided.back * 8))
+        header_lanes = decided.header_lanes
+        payload_lanes = Signal(nbytes)
+        out_keep = Signal(nbytes)
+        all_lanes = (1 << nbytes) - 1
+        partial_lanes = Array(C((1 << count) - 1, nbytes) for count in range(nbytes))
+
+        def below(end):                 # the lanes before byte ``end`` (from the beat's start): a table
+            ahead = end[lane_bits:].as_signed()         # ... and the beat of ``end`` relative to this one
+            return Mux(ahead > 0, all_lanes, Mux(ahead == 0, partial_lanes[end[:lane_bits]], 0))
+
+        m.d.comb += [
+            payload_lanes.eq(Mux(decided.known, below(decided.payload_end), all_lanes) & ~header_lanes),
+            out_keep.eq(Mux(decided.known, below(decided.frame_end), all_lanes)),
+        ]
+        lane_bytes = lambda lanes: Cat(*[lanes[i].replicate(8) for i in range(nbytes)])
+        out_data = (decided.header & lane_bytes(header_lanes)) | (payload_part & lane_bytes(payload_lanes))
+        icrc_here = decided.roce & decided.known & (decided.payload_end[lane_bits:] == 0)
+        icrc_lane = decided.payload_end[0:lane_bits]
+
+        stage0 = stages[0]
+        m.d.sync += valid[0].eq(decided_valid)
+        with m.If(decided_valid):
+            m.d.sync += [
+                stage0.beat.data.eq(out_data), stage0.beat.keep.eq(out_keep),
+                stage0.beat.first.eq(decided.first), stage0.beat.last.eq(decided.last),
+                stage0.roce.eq(decided.roce), stage0.layout.eq(decided.layout), stage0.index.eq(decided.index),
+                stage0.icrc_here.eq(icrc_here), stage0.icrc_lane.eq(icrc_lane),
+                stage0.rewind.eq(nbytes - icrc_lane), stage0.stomp.eq(decided.stomp),
+            ]
 
         # --- icrc ---------------------------------------------------------------------------------
         for k in range(1, len(stages)):
