@@ -234,6 +234,7 @@ class NetReduceSwitch(wiring.Component):
         wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
         wk_first = registers(J * K * N, 24, "wk_first")
         wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
+        wk_last = registers(J * K * N, 24, "wk_last")     # the PSN of a closed part's last packet
         pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
         # RESULTS descriptors of each message not yet sent in full: a message is not released before
@@ -406,6 +407,18 @@ class NetReduceSwitch(wiring.Component):
         length = h.payload_len
         syndrome = h.aeth_syndrome
 
+        def oldest_message_acks(job):
+            """The job's oldest message (its index), whether the window holds it, and for each worker (a bit
+            each): outside the job, its part closed, its connection delivered through the part's last PSN;
+            and each part's last PSN (24 bits each)."""
+            oldest = job_oldest[job]
+            message = job * K + oldest[:k_bits]
+            held = msg_busy[message] & (msg_seq[message] == oldest)
+            lasts = [wk_last[message * N + w] for w in range(N)]
+            return (message, held, Cat(*[Const(w) >= job_n[job] for w in range(N)]),
+                    Cat(*[wk_closed[message * N + w] for w in range(N)]),
+                    Cat(*[_not_behind(delivered[job * N + w], lasts[w]) for w in range(N)]), Cat(*lasts))
+
         # LOOKUP reads the connection's state, then the message's and packet slot's that it points to. Where
         # the shortest RoCE frame's own bytes (headers and ICRC) span two beats or more, the monitor has
         # clocks to spare between payloads, and the connection's view is registered in a clock of its own
@@ -413,6 +426,9 @@ class NetReduceSwitch(wiring.Component):
         ConnView = data.StructLayout({
             "distance": PSN_BITS, "in_msg": 1, "msg_index": k_bits, "packet_index": 24, "slot": slot_bits,
             "first_message": range(J * K), "next_seq": 32, "through": PSN_BITS, "advance": 1,
+            # the job's oldest message, and what each worker's connection has acknowledged of it
+            "oldest_message": range(J * K), "oldest_held": 1, "outside": N, "closed": N, "delivered": N,
+            "last": PSN_BITS * N,
         })
         view_now, view = Signal(ConnView), Signal(ConnView)
         read_first = self.lookup_clocks == 2
@@ -431,27 +447,21 @@ class NetReduceSwitch(wiring.Component):
                                 & _not_behind(expected[conn] - 1, through_now)),
         ]
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
+        oldest_now = oldest_message_acks(conn_job)
+        for field, value in zip(("oldest_message", "oldest_held", "outside", "closed", "delivered", "last"),
+                                oldest_now):
+            m.d.comb += view_now[field].eq(value)
         if not read_first:
             m.d.comb += view.eq(view_now)
         distance, msg_index, packet_index, in_slot = view.distance, view.msg_index, view.packet_index, view.slot
         first_message, through, advance = view.first_message, view.through, view.advance
 
-        def delivered_oldest(job, acked_worker=None, acked_through=None):
-            """The job's oldest message (its index) and whether every worker has acknowledged it, with
-            ``acked_worker`` delivered through ``acked_through`` if given."""
-            oldest = job_oldest[job]
-            oldest_message = job * K + oldest[:k_bits]
-            ok = msg_busy[oldest_message] & (msg_seq[oldest_message] == oldest)
-            for w in range(N):
-                entry = oldest_message * N + w
-                last = wk_first[entry] + wk_count[entry] - 1
-                done = _not_behind(delivered[job * N + w], last)
-                if acked_worker is not None:      # both compares side by side, then the choice
-                    done = Mux(acked_worker == w, _not_behind(acked_through, last), done)
-                ok &= (Const(w) >= job_n[job]) | (wk_closed[entry] & done)
-            return oldest_message, ok
-
-        look_oldest, look_releases = delivered_oldest(conn_job, Mux(advance, conn_worker, N), through)
+        # an ACK: whether the job's oldest message is then delivered to every worker (its results sent is
+        # checked at the commit), the ACK's own worker delivered through the ACK's PSN if it advances
+        acked_through = Cat(*[Mux(advance & (conn_worker == w),
+                                  _not_behind(through, view.last[PSN_BITS * w:][:PSN_BITS]), view.delivered[w])
+                              for w in range(N)])
+        look_releases = view.oldest_held & (view.outside | (view.closed & acked_through)).all()
         m.d.comb += [
             look.control.eq(hm.control),
             look.plain.eq(~roce4),
@@ -478,7 +488,7 @@ class NetReduceSwitch(wiring.Component):
             look.rslot.eq(Cat(pk_gen[in_slot], in_slot)),
             look.job_id.eq(job_id[conn_job]), look.seq.eq(view.next_seq),
             look.through.eq(through), look.advance.eq(advance),
-            look.releases.eq(look_releases), look.oldest_message.eq(look_oldest),
+            look.releases.eq(look_releases), look.oldest_message.eq(view.oldest_message),
         ]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
@@ -734,7 +744,8 @@ class NetReduceSwitch(wiring.Component):
         # message registered) in RELEASE_CHECK, a clock before
         release_job = plan.job
         oldest = job_oldest[release_job]
-        oldest_message, delivered_now = delivered_oldest(release_job)
+        oldest_message, oldest_held, outside, closed, acked, _ = oldest_message_acks(release_job)
+        delivered_now = oldest_held & (outside | (closed & acked)).all()
         releasable, released = Signal(), Signal(range(J * K))
         release_allowed = Signal()      # the ACK that led to RELEASE_CHECK was not dropped
 
@@ -793,7 +804,7 @@ class NetReduceSwitch(wiring.Component):
                                      cur_k[c].eq(k)]
                     with m.If(plan.last):
                         m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
-                                     in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
+                                     wk_last[entry].eq(psn), in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
                                      next_k[c].eq(next_k[c] + 1)]
                     with m.If(full):
                         m.d.sync += pk_ready[slot].eq(1)
@@ -944,7 +955,8 @@ class NetReduceSwitch(wiring.Component):
                              # (a payload of no bytes still takes one word, with no byte kept)
                              last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
                                             Mux(job.beats == 0, 0, job.beats - 1))),
-                             loaded.eq((job.kind != RESULTS) | sum_now), awaiting_sum.eq((job.kind == RESULTS) & ~sum_now)]
+                             loaded.eq((job.kind != RESULTS) | sum_now),
+                             awaiting_sum.eq((job.kind == RESULTS) & ~sum_now)]
                 m.d.comb += sum_used.eq(sum_now)
         with m.If(awaiting_sum & (sums_ready != 0)):
             m.d.sync += [loaded.eq(1), awaiting_sum.eq(0)]

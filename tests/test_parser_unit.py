@@ -99,6 +99,33 @@ def test_deparser_with_idle_and_backpressure():
     check_deparser(_capture_sample(30, 11), 64, idle=0.3, backpressure=0.4, seed=5)
 
 
+@pytest.mark.parametrize("width", [64, 512])
+def test_deparser_whole_frames_back_to_back(width):
+    """With ``whole_frames`` and every record and payload there at one beat per clock, the frames leave
+    right behind each other at one beat per clock: no pause inside a frame, and none between frames."""
+    parsed = [roce_model.parse_frame(frame) for frame in _capture_sample(30, 13)]
+    dut = RoceDeparser(width, whole_frames=True)
+    out, valid_cycles = [], []
+
+    async def watch(ctx):
+        cycle = 0
+        while True:
+            if ctx.get(dut.o.valid):        # the sink below is always ready
+                valid_cycles.append(cycle)
+            await ctx.tick()
+            cycle += 1
+    run(dut,
+        [send_records(dut.hdr, [ParsedHeader.const(p.header) for p in parsed]),
+         send_frames(dut.i, [p.payload for p in parsed], width // 8,
+                     verdicts=[Verdict.const(p.verdict) for p in parsed])],
+        [collect_frames(dut.o, width // 8, out), watch],
+        until_idle=lambda: len(out) == len(parsed))
+    assert [frame for frame, _ in out] == [roce_model.deparse_frame(p.header, p.payload, p.verdict)
+                                          for p in parsed]
+    start = valid_cycles[0]
+    assert valid_cycles == list(range(start, start + len(valid_cycles))), "the output paused"
+
+
 frame_mix = st.lists(st.one_of(roce_st.roce_frames(max_payload=300),
                                roce_st.malformed_frames().map(lambda bad: bad.frame)),
                      min_size=1, max_size=8)
