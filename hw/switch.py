@@ -682,7 +682,8 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [
             settled_now.checking.eq(checking), settled_now.request_valid.eq(request_valid),
             settled_now.bad.eq(bad), settled_now.icrc_ok.eq(verdict[0]),
-            settled_now.oversize.eq(oversize | too_long), settled_now.facts.eq(Cat(ends_at_length, agg_ok)),
+            settled_now.oversize.eq(Mux(checking, oversize, oversize | too_long)),     # CONTROL: all registered
+            settled_now.facts.eq(Cat(ends_at_length, agg_ok)),
             settled_now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
         ]
         reason_bits = len(by_facts[0][1])
