@@ -269,13 +269,15 @@ class RoceDeparser(wiring.Component):
 
         # The beats that follow the one holding the payload's last byte: those the ICRC reaches into, or
         # one to pad a short frame to 60 bytes. A RoCE frame's payload starts at or after byte 54 (the
-        # shortest headers), so padding adds at most one beat, and only where the ICRC adds none.
+        # shortest headers), so padding adds at most one beat, and only where the ICRC adds none; a
+        # payload that ends in the 60-byte frame's last beat is padded within that beat.
         min_last = (ETH_MIN_FRAME - 1) >> lane_bits
         shortest_headers = (header_bytes(ETH_HEADER) + header_bytes(IPV4_HEADER) + header_bytes(UDP_HEADER)
                             + header_bytes(BTH))
         assert min_last - (shortest_headers >> lane_bits) <= 1
         past_min = Signal(init=min_last == 0)   # beat ``index`` is at or past the 60-byte frame's last
         padded_here = ETH_MIN_FRAME - (min_last - 1) * nbytes     # a padded frame's end from beat min_last - 1
+        padded_at_min = ETH_MIN_FRAME - min_last * nbytes         # ... from beat min_last (1 .. nbytes)
 
         shift = plan.length[0:lane_bits]
         beat_in = incoming_beat.beat
@@ -304,6 +306,10 @@ class RoceDeparser(wiring.Component):
             m.d.comb += frame_here.eq(payload_here)
         with m.Elif(~past_min & (payload_here < padded_here - ICRC_BYTES)):
             m.d.comb += frame_here.eq(padded_here)
+        with m.Elif((index == min_last) & (payload_here < padded_at_min - ICRC_BYTES)):
+            # the payload ends in the 60-byte frame's last beat, short of 56 bytes (from 128 bits up,
+            # where that beat starts before byte 56): the padding stays in this beat
+            m.d.comb += frame_here.eq(padded_at_min)
         with m.Else():
             m.d.comb += frame_here.eq(payload_here + ICRC_BYTES)
         payload_end = Signal(rel_range)                 # from this beat's start (once known)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netreduce.host import strategies as roce_st
+from netreduce.host.packets import build_roce_frame
 from netreduce.host.pcap import read_pcap
 from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.parser import RoceParser
@@ -124,6 +125,14 @@ def test_deparser_whole_frames_back_to_back(width):
                                           for p in parsed]
     start = valid_cycles[0]
     assert valid_cycles == list(range(start, start + len(valid_cycles))), "the output paused"
+
+
+@pytest.mark.parametrize("width", [64, 128, 256, 512])
+def test_deparser_pads_short_frames(width):
+    """A RoCE frame of the shortest headers (BTH only) and a payload of 0 to 8 bytes is padded to 60 bytes,
+    wherever the beat that holds byte 59 starts (at 512 bits, the first)."""
+    frames = [build_roce_frame(0x04, bytes(range(n))) for n in (0, 2, 4, 6, 8)]      # RC SEND Only
+    check_deparser(frames, width)
 
 
 frame_mix = st.lists(st.one_of(roce_st.roce_frames(max_payload=300),
