@@ -898,10 +898,10 @@ class NetReduceSwitch(wiring.Component):
 
     def _emitter(self, m, env):
         """Descriptors in commit order to (header record, payload stream) pairs for the deparser."""
-        W, B, N, Pb = self.width, self.beat_bytes, self.workers, self.packet_beats
+        W, B, N = self.width, self.beat_bytes, self.workers
         deparser, slots, descriptors, headers = env["deparser"], env["slots"], env["descriptors"], env["headers"]
         Descriptor, hs_r, own_r, ring_r = env["Descriptor"], env["hs_r"], env["own_r"], env["ring_r"]
-        ring_read, ring_committed, ring_bits = env["ring_read"], env["ring_committed"], env["ring_bits"]
+        ring_read, ring_bits = env["ring_read"], env["ring_bits"]
         req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
         sw_mac, sw_ip, ctl_port, count = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["count"]
         unsent_sub, unsent_sub_at, K = env["unsent_sub"], env["unsent_sub_at"], self.message_slots
@@ -1007,10 +1007,10 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += result_data.eq(read.data)
         with m.If(issued.overlay):
             for lane in range(min(B, 16)):
-                for beat_no_ in range(max(1, 16 // B)):
-                    if beat_no_ * B + lane < 16:
-                        with m.If(issued.beat == beat_no_):
-                            m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (beat_no_ * B + lane):][:8])
+                for own_beat in range(max(1, 16 // B)):
+                    if own_beat * B + lane < 16:
+                        with m.If(issued.beat == own_beat):
+                            m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (own_beat * B + lane):][:8])
         m.d.comb += [word.first.eq(issued.first), word.last.eq(issued.last), word.keep.eq(issued.keep),
                      word.verdict.eq(_GOOD_VERDICT)]
         with m.Switch(issued.kind):
