@@ -26,6 +26,8 @@ from netreduce.host.protocol import AggHeader
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.sim.fp import tree_sum
 from netreduce.sim.runner import run_cocotb
+from netreduce.sim.switch_model import SwitchModel
+from netreduce.wire import RC_WRITE_OPCODES
 
 FAULTS = FaultSpec(loss=0.03, duplicate=0.03, reorder=0.03, corrupt=0.03)
 BUILDS = {
@@ -47,6 +49,18 @@ def record(setup=None, **kwargs):
     return {"status": status, "config": network.switch_config, "inputs": engine.inputs,
             "outputs": engine.outputs, "results": engine.results, "after": engine.after,
             "counters": dict(engine.counters)}
+
+
+def record_frames(config, frames):
+    """A scenario of hand-made frames (all on port 0), each taken by the golden model as it comes."""
+    model = SwitchModel(config)
+    outputs, results = [], []
+    for frame in frames:
+        before = model.counters["results_sent"]
+        outputs.append(model.receive(0, frame))
+        results.append(model.counters["results_sent"] - before)
+    return {"status": "done", "config": config, "inputs": [(0, frame) for frame in frames], "outputs": outputs,
+            "results": results, "after": [0] * len(frames), "counters": dict(model.counters)}
 
 
 def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0, mac=False):
@@ -116,6 +130,39 @@ def wrong_aggregation_headers(network):
 
     for time in range(0, 400_000, 5_000):
         network.at(time, send, "message" if time % 10_000 else "job")
+
+
+@pytest.mark.parametrize("build", ["fp32x64", "fp32x512"])
+def test_packets_without_elements(tmp_path, build):
+    """Packets that carry no element: message 0 of every worker ends in a RDMA WRITE LAST of no payload
+    (its slot sums zero bytes), message 1 is a WRITE ONLY holding the aggregation header alone; then a
+    retransmitted empty LAST is answered from the slot. Each gets a result of its own length, as the
+    model says (nothing in the protocol forbids them, and the switch must not stall on them)."""
+    workers = 3 if build == "fp32x64" else 4
+    network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=256, message_packets=4, message_slots=4)
+    config = network.switch_config
+    rng = np.random.default_rng(10)
+    ops = RC_WRITE_OPCODES
+
+    def frame(conn, opcode, psn, payload, reth=None):
+        return build_roce_frame(ops[opcode], payload, reth=reth, eth_src=conn.requester_mac,
+                                eth_dst=conn.responder_mac, src_ip=conn.requester_ip, dst_ip=conn.responder_ip,
+                                dest_qp=conn.responder_qpn, psn=psn % (1 << 24))
+    firsts, lasts, onlies = [], [], []
+    for conn in config.connections:
+        data = rng.standard_normal(16).astype(np.float32).tobytes()
+        firsts.append(frame(conn, "FIRST", conn.start_psn, AggHeader(job=0, msg_seq=0, elements=16).pack() + data,
+                            reth=(0, 0x1000, 80)))
+        lasts.append(frame(conn, "LAST", conn.start_psn + 1, b""))
+        onlies.append(frame(conn, "ONLY", conn.start_psn + 2, AggHeader(job=0, msg_seq=1, elements=0).pack(),
+                            reth=(0, 0x1000, 16)))
+    scenario = record_frames(config, firsts + lasts + onlies + lasts[:1])
+    counters = scenario["counters"]
+    assert counters["aggregated"] == 3 * workers and counters["drop_bad_length"] == 0
+    assert counters["results_sent"] == 3 * workers and counters["duplicates_answered"] == 1
+    empty = [out for produced in scenario["outputs"][len(firsts):2 * workers] for _, out in produced]
+    assert len(empty) == workers and all(len(out) == 60 for out in empty)     # headers and padding only
+    replay(tmp_path, scenario, build, backpressure=0.2, seed=10)
 
 
 def test_credit_violation_spoofing_and_credit_requests_64(tmp_path):
