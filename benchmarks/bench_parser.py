@@ -4,7 +4,7 @@
 
 - Throughput and latency of the parser followed by the deparser (``RocePipelineTop``, generated Verilog
   on Verilator): back-to-back minimum-size frames (RC SEND ONLY without payload, 58 bytes padded to 60; RC ACK,
-  62 bytes; RDMA WRITE ONLY with 4 payload bytes) and MTU-size frames (RDMA WRITE MIDDLE with 1024 and 4096 payload
+  62 bytes; RDMA WRITE ONLY with 4 payload bytes; a 60-byte UDP frame that is not RoCE) and MTU-size frames (RDMA WRITE MIDDLE with 1024 and 4096 payload
   bytes), no idle cycle, sink always ready. The goal is 1.0 beat per clock in and out.
 - With ``--synth`` (the ``synth`` extra): LUTs, flip-flops, block RAMs and Fmax of the 64-bit parser with
   its ICRC, and of the 64-bit deparser, each alone on a Lattice ECP5-85, speed grade 8 (nextpnr-ecp5),
@@ -29,6 +29,7 @@ WORKLOADS = {
     "min_send_only_0B": lambda i: build_roce_frame(0x04, b"", psn=i),     # 58 bytes, padded to 60
     "min_ack": lambda i: build_ack(psn=i, msn=i),                          # 62 bytes
     "min_write_only_4B": lambda i: build_roce_frame(0x0A, bytes(4), reth=(0x1000, 7, 4), psn=i),
+    "min_udp_not_roce": lambda i: build_roce_frame(0x04, b"", psn=i, dport=9),   # 60 bytes, UDP port 9
     "mtu_write_1024B": lambda i: build_roce_frame(0x07, bytes(range(256)) * 4, psn=i),
     "mtu_write_4096B": lambda i: build_roce_frame(0x07, bytes(range(256)) * 16, psn=i),
 }

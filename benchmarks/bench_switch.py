@@ -9,6 +9,9 @@
   takes it, each frame held back only until the switch has sent what the frame answers (its ACKs), the
   sink always ready: input beats per clock over the frames offered back to back, the clocks in which the
   switch refused a beat, and output beats per clock over the run (goal 1.0, line rate).
+- Forwarded frames: back-to-back frames that the switch only forwards (not RoCE, 60 and 128 bytes; RoCE
+  of no registered connection, 60 bytes), input and output beats per clock and refused clocks for each
+  kind (goal 1.0: a frame of no connection takes no clock of its own in the monitor).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
@@ -34,12 +37,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from netreduce.host.network import ModelEngine, build_allreduce
+from netreduce.host.network import ModelEngine, build_allreduce, record_frames
+from netreduce.host.packets import build_roce_frame
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.sim.runner import run_cocotb
 
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
+FORWARDED_FRAMES = 400
 WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's bytes in the credit window
 SYNTH_MESSAGE_SLOTS = 8
 
@@ -54,6 +59,31 @@ def scenario(workers, nbytes, width):
             "results": engine.results, "after": engine.after, "counters": dict(engine.counters)}
 
 
+def forwarded_scenarios(workers, width):
+    """Scenarios of back-to-back frames of one kind each, sent to worker 0's host: ``{kind: scenario}``."""
+    network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                                    message_slots=MESSAGE_SLOTS, width=width)
+    config = network.switch_config
+    host = network.hosts[0].address
+
+    def frame(size, dport):     # a SEND ONLY of ``size`` bytes in all, RoCE if ``dport`` is 4791
+        return build_roce_frame(0x04, bytes(max(0, size - 58)), pad=0, dport=dport, eth_dst=host.mac,
+                                src_ip="10.1.0.1", dst_ip=host.ip, dest_qp=0x77)
+    kinds = {"plain_60": frame(60, 9), "plain_128": frame(128, 9), "roce_unregistered_60": frame(60, 4791)}
+    return {kind: record_frames(config, [frame] * FORWARDED_FRAMES) for kind, frame in kinds.items()}
+
+
+def run_measure(switch, scenario, workers):
+    """The testbench's ``measure`` on ``scenario``: its JSON result."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path, out = Path(scratch) / "scenario.pickle", Path(scratch) / "result.json"
+        path.write_bytes(pickle.dumps(scenario))
+        run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
+                   build_params=switch.parameters, testcase="measure", quiet=True,
+                   params={"scenario": str(path), "out": str(out), "workers": workers})
+        return json.loads(out.read_text())
+
+
 def slot_memory_bits(switch):
     """Bits the switch holds per worker per packet slot."""
     bank = switch.packet_beats * switch.width
@@ -66,14 +96,13 @@ def slot_memory_bits(switch):
 def measure(width, workers, nbytes):
     switch = NetReduceSwitch(width=width, workers=workers, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
                              message_slots=MESSAGE_SLOTS)
-    with tempfile.TemporaryDirectory() as scratch:
-        path, out = Path(scratch) / "scenario.pickle", Path(scratch) / "result.json"
-        path.write_bytes(pickle.dumps(scenario(workers, nbytes, width)))
-        run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
-                   build_params=switch.parameters, testcase="measure", quiet=True,
-                   params={"scenario": str(path), "out": str(out), "workers": workers})
-        result = json.loads(out.read_text())
+    result = run_measure(switch, scenario(workers, nbytes, width), workers)
     result["slot_memory_bits_per_worker_per_packet"] = slot_memory_bits(switch)
+    result["forwarded"] = {}
+    for kind, frames in forwarded_scenarios(workers, width).items():
+        figures = run_measure(switch, frames, workers)
+        result["forwarded"][kind] = {name: figures[name] for name in (
+            "input_beats_per_clock", "input_refused_clocks", "output_beats_per_clock")}
     return result
 
 

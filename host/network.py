@@ -29,8 +29,8 @@ from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dt
 from netreduce.sim.fp import get_format, random_operands, tree_sum
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
 
-__all__ = ["Network", "ModelEngine", "Link", "build_allreduce", "expected_sum", "WIRE_OVERHEAD",
-           "CLOCK_NS"]
+__all__ = ["Network", "ModelEngine", "record_frames", "Link", "build_allreduce", "expected_sum",
+           "WIRE_OVERHEAD", "CLOCK_NS"]
 
 WIRE_OVERHEAD = 24      # bytes per frame on the wire besides the frame: preamble 8, FCS 4, gap 12
 # the datapath clock of each width: XGMII's 156.25 MHz, the 100G CMAC's 322.265625 MHz
@@ -61,7 +61,7 @@ class Link:
 
 class ModelEngine:
     """The golden model as the switch: each frame is processed when it arrives, ``latency_ns`` later the
-    frames it causes leave."""
+    frames it causes leave (into ``network``; with none, only recorded)."""
 
     name = "model"
 
@@ -86,8 +86,22 @@ class ModelEngine:
             self.after.append(after)
             self.outputs.append(produced)
             self.results.append(self.model.counters["results_sent"] - before)
+        if self.network is None:
+            return
         for out_port, out_frame in produced:
             self.network.at(now + self.latency_ns, self.network.from_switch, out_port, out_frame)
+
+
+def record_frames(config, frames, port=0):
+    """What the switch testbench replays (``tb/switch_tb.py``: the configuration, the frames in, what the
+    model sent for each and how many of those were slot results, the counters) for hand-made ``frames``,
+    all into ``port``, none waiting on an earlier frame's answer, each taken by the golden model as it
+    comes."""
+    engine = ModelEngine(config, record=True)
+    for frame in frames:
+        engine.inject(port, frame, 0)
+    return {"status": "done", "config": config, "inputs": engine.inputs, "outputs": engine.outputs,
+            "results": engine.results, "after": engine.after, "counters": dict(engine.counters)}
 
 
 class _Host:

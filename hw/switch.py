@@ -491,6 +491,11 @@ class NetReduceSwitch(wiring.Component):
             look.releases.eq(look_releases), look.oldest_message.eq(view.oldest_message),
         ]
 
+        # the plan of a frame of no connection, from the header being taken: forwarded, or a control frame
+        stateless_plan, taking = Signal(Plan), data.View(Matched, matched.r_data)
+        m.d.comb += [stateless_plan.control.eq(taking.match.control),
+                     stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
+
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
         # any (the rare case, so it takes two more clocks, DUP_SEARCH and DUP_READ)
         dup_found, dup_index0 = Signal(), Signal()
@@ -766,7 +771,13 @@ class NetReduceSwitch(wiring.Component):
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                                  beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
                                  oversize.eq(0), window.eq(0)]
-                    m.next = "LOOKUP_READ" if read_first else "LOOKUP"
+                    # a frame of no connection (not RoCE, RoCE of no registered connection, a control
+                    # frame) needs no state: its plan is its match, and its payload streams the next clock
+                    with m.If(~taken_header.match.data & ~taken_header.match.ack):
+                        m.d.sync += [plan.eq(stateless_plan), agg_so_far.eq(1)]
+                        m.next = "STREAM"
+                    with m.Else():
+                        m.next = "LOOKUP_READ" if read_first else "LOOKUP"
 
             def commit(ring_written):
                 """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""

@@ -20,13 +20,12 @@ import pytest
 pytestmark = pytest.mark.slow(minutes=3)
 
 from netreduce.host.faults import FaultSpec
-from netreduce.host.network import ModelEngine, build_allreduce
+from netreduce.host.network import ModelEngine, build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.sim.fp import tree_sum
 from netreduce.sim.runner import run_cocotb
-from netreduce.sim.switch_model import SwitchModel
 from netreduce.wire import RC_WRITE_OPCODES
 
 FAULTS = FaultSpec(loss=0.03, duplicate=0.03, reorder=0.03, corrupt=0.03)
@@ -49,18 +48,6 @@ def record(setup=None, **kwargs):
     return {"status": status, "config": network.switch_config, "inputs": engine.inputs,
             "outputs": engine.outputs, "results": engine.results, "after": engine.after,
             "counters": dict(engine.counters)}
-
-
-def record_frames(config, frames):
-    """A scenario of hand-made frames (all on port 0), each taken by the golden model as it comes."""
-    model = SwitchModel(config)
-    outputs, results = [], []
-    for frame in frames:
-        before = model.counters["results_sent"]
-        outputs.append(model.receive(0, frame))
-        results.append(model.counters["results_sent"] - before)
-    return {"status": "done", "config": config, "inputs": [(0, frame) for frame in frames], "outputs": outputs,
-            "results": results, "after": [0] * len(frames), "counters": dict(model.counters)}
 
 
 def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0, mac=False):
