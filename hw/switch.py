@@ -1048,8 +1048,11 @@ class NetReduceSwitch(wiring.Component):
             count("frames_out")
         h_more = h_worker + 1 < h_desc.workers
         with m.FSM(name="headers"):
-            with m.State("TAKE"):
+            def take():
+                """Take the next descriptor (in TAKE, or in the clock the last header of one is handed over,
+                so that a 1-beat frame's header goes every clock)."""
                 m.d.comb += [descriptors.r_en.eq(payload_jobs.w_rdy), payload_jobs.w_en.eq(descriptors.r_rdy)]
+                m.next = "TAKE"
                 with m.If(descriptors.r_rdy & payload_jobs.w_rdy):
                     m.d.sync += [h_desc.eq(descriptors.r_data),
                                  h_worker.eq(Mux(incoming.all | (incoming.kind == RESULTS), 0, incoming.worker))]
@@ -1060,11 +1063,14 @@ class NetReduceSwitch(wiring.Component):
                             m.next = "STORE_READ"
                         with m.Case(CREDITS):
                             m.next = "CONTROL_HEADER"
+
+            with m.State("TAKE"):
+                take()
             with m.State("FIFO_HEADER"):
                 m.d.comb += [hdr.valid.eq(headers.r_rdy), hdr.payload.eq(headers.r_data),
                              headers.r_en.eq(hdr.ready)]
                 with m.If(hdr.valid & hdr.ready):
-                    m.next = "TAKE"
+                    take()
             with m.State("STORE_READ"):
                 m.d.comb += store_read.eq(1)
                 m.next = "STORE_HEADER"
@@ -1075,13 +1081,13 @@ class NetReduceSwitch(wiring.Component):
                     with m.If(h_more):
                         m.next = "STORE_READ"
                     with m.Else():
-                        m.next = "TAKE"
+                        take()
             with m.State("CONTROL_HEADER"):
                 m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0)]
                 with m.If(hdr.ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):
-                        m.next = "TAKE"
+                        take()
 
     _IPV4_FIXED = 0x4500 + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 header words
 
