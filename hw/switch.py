@@ -10,7 +10,8 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 2. *monitor*, one frame at a time. Each header's connection match (configuration only) runs ahead, as
    headers arrive, into the ``matched`` FIFO. ``IDLE`` takes a header, ``LOOKUP`` plans the frame from
    the header, its match and the connection and slot state (registered; at 64 bits the connection's
-   state is read into a registered view a clock before, in ``LOOKUP_READ``), ``STREAM`` takes the
+   state is read into a registered view a clock before, in ``LOOKUP_READ``; a frame of no connection
+   skips both, its plan being its match), ``STREAM`` takes the
    payload at one beat per clock into the packet ring (frames that go on) or into the worker's bank of
    the slot memory (contributions), checks the aggregation header lane by lane as it passes and keeps
    the first 64 bytes. The last beat commits in its own clock. What the commit would do (``intended``)
@@ -34,8 +35,8 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    default port for any other MAC).
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
-Throughput: one payload beat per clock within a frame, plus one clock per frame in the monitor
-(``LOOKUP``; two at 64 bits, where each frame's headers leave clocks to spare); the deparser starts a
+Throughput: one payload beat per clock within a frame, plus one clock per frame of a connection in the
+monitor (``LOOKUP``; two at 64 bits, where each frame's headers leave clocks to spare); the deparser starts a
 frame only once its first payload word is there, and the payload sequencer then keeps up with it, so
 frames out never pause in the middle (docs: "Open items").
 
