@@ -3,9 +3,10 @@
     python benchmarks/bench_parser.py [--width 64 512] [--synth] [--frames N]
 
 - Throughput and latency of the parser followed by the deparser (``RocePipelineTop``, generated Verilog
-  on Verilator): back-to-back minimum-size frames (RC SEND ONLY without payload, 58 bytes padded to 60; RC ACK,
-  62 bytes; RDMA WRITE ONLY with 4 payload bytes; a 60-byte UDP frame that is not RoCE) and MTU-size frames (RDMA WRITE MIDDLE with 1024 and 4096 payload
-  bytes), no idle cycle, sink always ready. The goal is 1.0 beat per clock in and out.
+  on Verilator): back-to-back minimum-size frames (RC SEND ONLY without payload, 58 bytes padded to 60;
+  RC ACK, 62 bytes; RDMA WRITE ONLY with 4 payload bytes; a 60-byte UDP frame that is not RoCE) and
+  MTU-size frames (RDMA WRITE MIDDLE with 1024 and 4096 payload bytes), no idle cycle, sink always
+  ready. The goal is 1.0 beat per clock in and out.
 - With ``--synth`` (the ``synth`` extra): LUTs, flip-flops, block RAMs and Fmax of the 64-bit parser with
   its ICRC, and of the 64-bit deparser, each alone on a Lattice ECP5-85, speed grade 8 (nextpnr-ecp5),
   against the 156.25 MHz XGMII clock (several minutes each).

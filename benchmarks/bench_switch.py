@@ -54,9 +54,7 @@ def scenario(workers, nbytes, width):
                                     message_slots=MESSAGE_SLOTS, width=width,
                                     engine=lambda config: ModelEngine(config, record=True))
     assert network.run() == "done"
-    engine = network.engine
-    return {"config": network.switch_config, "inputs": engine.inputs, "outputs": engine.outputs,
-            "results": engine.results, "after": engine.after, "counters": dict(engine.counters)}
+    return network.engine.recording()
 
 
 def forwarded_scenarios(workers, width):

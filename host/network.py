@@ -91,17 +91,21 @@ class ModelEngine:
         for out_port, out_frame in produced:
             self.network.at(now + self.latency_ns, self.network.from_switch, out_port, out_frame)
 
+    def recording(self):
+        """What the switch testbench replays (``tb/switch_tb.py``): the configuration, the frames in, what
+        the model sent for each and how many of those were slot results, how many frames had left the
+        switch before each came, the counters."""
+        return {"config": self.model.config, "inputs": self.inputs, "outputs": self.outputs,
+                "results": self.results, "after": self.after, "counters": dict(self.counters)}
+
 
 def record_frames(config, frames, port=0):
-    """What the switch testbench replays (``tb/switch_tb.py``: the configuration, the frames in, what the
-    model sent for each and how many of those were slot results, the counters) for hand-made ``frames``,
-    all into ``port``, none waiting on an earlier frame's answer, each taken by the golden model as it
-    comes."""
+    """:meth:`ModelEngine.recording` for hand-made ``frames``, all into ``port``, none waiting on an earlier
+    frame's answer, each taken by the golden model as it comes."""
     engine = ModelEngine(config, record=True)
     for frame in frames:
         engine.inject(port, frame, 0)
-    return {"status": "done", "config": config, "inputs": engine.inputs, "outputs": engine.outputs,
-            "results": engine.results, "after": engine.after, "counters": dict(engine.counters)}
+    return {"status": "done", **engine.recording()}
 
 
 class _Host:

@@ -44,10 +44,7 @@ def record(setup=None, **kwargs):
     if setup is not None:
         setup(network)
     status = network.run(time_limit_ns=10**10)
-    engine = network.engine
-    return {"status": status, "config": network.switch_config, "inputs": engine.inputs,
-            "outputs": engine.outputs, "results": engine.results, "after": engine.after,
-            "counters": dict(engine.counters)}
+    return {"status": status, **network.engine.recording()}
 
 
 def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0, mac=False):
