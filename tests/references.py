@@ -1,17 +1,13 @@
-"""Test helpers: where the RoCE v2 captures from real NICs are (../shared/captures beside the repository,
-$NETREDUCE_CAPTURES. A missing folder is an error, never a skip."""
+"""Test helpers: the RoCE v2 captures from real NICs (tests/data/captures, with their provenance in its
+README.md) and independent references written from the RFCs and the IBA."""
 
-import os
 from pathlib import Path
 
-CAPTURES = Path(os.environ.get("NETREDUCE_CAPTURES")
-                or Path(__file__).resolve().parents[2] / "shared" / "captures")
+CAPTURES = Path(__file__).resolve().parent / "data" / "captures"
 
 
 def capture_files(bad=None):
     """Every .pcap under the captures folder; ``bad=True``/``False`` picks those under icrc_bad/ or not."""
-    if not CAPTURES.is_dir():
-        raise FileNotFoundError(f"RoCE v2 captures not found at {CAPTURES} (set NETREDUCE_CAPTURES)")
     files = sorted(CAPTURES.rglob("*.pcap"))
     if not files:
         raise FileNotFoundError(f"no .pcap files under {CAPTURES}")

@@ -1,6 +1,6 @@
 """Launch the cocotb testbenches of tb/parser_tb.py on the generated Verilog.
 
-Every frame of ../shared/captures, hypothesis-generated RoCE frames of every opcode and of payload sizes
+Every frame of the captures in tests/data/captures, hypothesis-generated RoCE frames of every opcode and of payload sizes
 0 to 4096, and malformed frames, through ``ParserTop`` and ``RocePipelineTop`` at 64 and 512 bits, with
 random idle cycles and backpressure, on Verilator; the captures also on Icarus when ``iverilog`` is on
 ``PATH``.
