@@ -94,7 +94,8 @@ def testfloat_cli_speed(pairs, stages):
     a, b = fp.random_pairs("fp32", pairs, seed=3)
     r = fp.add("fp32", a, b)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.writelines(f"{x:08X} {y:08X} {z:08X} 00\n" for x, y, z in zip(a.tolist(), b.tolist(), r.tolist()))
+        f.writelines(f"{x:08X} {y:08X} {z:08X} 00\n"
+                     for x, y, z in zip(a.tolist(), b.tolist(), r.tolist(), strict=True))
         path = f.name
     code = ("import argparse, sys\nfrom netreduce.commands import testfloat\n"
             "p = argparse.ArgumentParser(); testfloat.register(p.add_subparsers())\n"

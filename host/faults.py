@@ -74,7 +74,7 @@ class FaultInjector:
         if fault is None:
             # one draw per kind, always all four, so that a rate change does not shift the other faults
             draws = [self.random.random() for _ in FAULTS]
-            for kind, draw in zip(FAULTS, draws):
+            for kind, draw in zip(FAULTS, draws, strict=True):
                 if draw < getattr(spec, kind):
                     fault = kind
                     break

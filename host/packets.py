@@ -16,12 +16,12 @@ override every length, checksum and the ICRC, to make malformed frames on purpos
 import ipaddress
 
 from scapy.config import conf
+from scapy.contrib.roce import AETH, BTH, CNPPadding  # noqa: F401 (re-exported)
 from scapy.fields import IntField, XBitField, XByteField, XIntField, XLongField
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, Raw, bind_bottom_up
-from scapy.contrib.roce import AETH, BTH, CNPPadding   # noqa: F401 (re-exported)
 
 from netreduce.wire import ETH_MIN_FRAME, EXTENSION_ORDER, OPCODES, ROCE_UDP_PORT
 
@@ -146,12 +146,12 @@ def roce_packet(opcode, payload=b"", *,
 
     ``opcode`` may be any byte; the extension headers are those :data:`netreduce.wire.OPCODES` gives it
     (none for an unknown opcode). Their values: ``deth=(qkey, src_qp)``, ``reth=(va, rkey, dma_len)``,
-    ``aeth=(syndrome, msn)``, ``immdt=value``, ``ieth=rkey``; addresses are strings or ints; a header the opcode carries defaults to
-    zeros, and giving one it does not carry is an error. ``pad`` (0..3 bytes of value ``pad_byte``,
-    written in the BTH pad count) defaults to what makes payload plus pad a multiple of 4. ``vlan`` is
-    the VLAN id (``None``: untagged). ``ip_flags`` is the 3-bit IPv4 flags field (default DF). ``ip_len``
-    (IPv4 total length or IPv6 payload length), ``udp_len``, ``ipv4_csum`` and ``icrc`` (4 bytes in wire
-    order, or an int stored least significant byte first) override the computed values.
+    ``aeth=(syndrome, msn)``, ``immdt=value``, ``ieth=rkey``; addresses are strings or ints; a header the
+    opcode carries defaults to zeros, and giving one it does not carry is an error. ``pad`` (0..3 bytes of
+    value ``pad_byte``, written in the BTH pad count) defaults to what makes payload plus pad a multiple of
+    4. ``vlan`` is the VLAN id (``None``: untagged). ``ip_flags`` is the 3-bit IPv4 flags field (default
+    DF). ``ip_len`` (IPv4 total length or IPv6 payload length), ``udp_len``, ``ipv4_csum`` and ``icrc`` (4
+    bytes in wire order, or an int stored least significant byte first) override the computed values.
     """
     _check("opcode", opcode, 8)
     payload = bytes(payload)

@@ -10,9 +10,22 @@ import struct
 from dataclasses import asdict, dataclass
 
 from netreduce.host.icrc import ipv4_checksum
-from netreduce.wire import (AGG_HEADER, AGG_MAGIC, AGG_VERSION, CONTROL_MAGIC, CONTROL_PACKET,
-                            CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES, ETH_MIN_FRAME, ETHERTYPE_IPV4,
-                            ControlType, header_bytes, pack_header, unpack_header)
+from netreduce.wire import (
+    AGG_HEADER,
+    AGG_MAGIC,
+    AGG_VERSION,
+    CONTROL_MAGIC,
+    CONTROL_PACKET,
+    CONTROL_PORT,
+    CONTROL_VERSION,
+    DTYPE_CODES,
+    ETH_MIN_FRAME,
+    ETHERTYPE_IPV4,
+    ControlType,
+    header_bytes,
+    pack_header,
+    unpack_header,
+)
 
 __all__ = ["AggHeader", "ControlMessage", "build_control_frame", "parse_control_payload", "ip_to_int",
            "mac_to_int", "DTYPE_NAMES"]

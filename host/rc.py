@@ -30,10 +30,10 @@ retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64)
       now (new packets and go-back-N retransmissions, in PSN order, within the window). Call it after
       ``post_write``, after ``receive`` and at ``next_timer()``; calling it more often is harmless.
     - ``receive(frame, now, parsed=None) -> None``: an ACK/NAK from the responder (``parsed``: the
-      frame's :func:`~netreduce.sim.roce_model.parse_frame` result when the caller has it, to parse once). Frames with a bad ICRC or IPv4
-      checksum, not from the remote address to the local address and QP, or with another P_Key or
-      transport version are dropped and counted (``stats["dropped"]``); other opcodes are counted
-      (``stats["ignored"]``).
+      frame's :func:`~netreduce.sim.roce_model.parse_frame` result when the caller has it, to parse once).
+      Frames with a bad ICRC or IPv4 checksum, not from the remote address to the local address and QP, or
+      with another P_Key or transport version are dropped and counted (``stats["dropped"]``); other opcodes
+      are counted (``stats["ignored"]``).
     - ``next_timer() -> int | None``: the time at which ``poll`` must be called (retransmission timeout or
       the end of an RNR wait); ``None`` when nothing is outstanding or in the error state.
     - ``can_send`` (property): whether ``poll`` would send a packet now (ignoring timers).
@@ -109,8 +109,9 @@ Choices the IBA leaves open (or that this model makes)
   nor resets the retry count. The ACK's credit count and the MSN of ACKs and NAKs are not used by the
   requester (end-to-end credits concern SEND only; completion follows from the PSN).
 - RNR NAK (0x20-0x3F, never sent by this responder): acknowledges everything before its PSN, then the
-  requester waits the time its timer field encodes (the IBA's RNR timer encoding, ``RNR_TIMER_NS``) and resends from the PSN; ``rnr_retry``
-  such NAKs in a row without progress are allowed (7: no limit); the transport timer is paused meanwhile.
+  requester waits the time its timer field encodes (the IBA's RNR timer encoding, ``RNR_TIMER_NS``) and
+  resends from the PSN; ``rnr_retry`` such NAKs in a row without progress are allowed (7: no limit); the
+  transport timer is paused meanwhile.
 - Zero-length writes: the R_Key and VA are not checked (IBA C9-88); the message is still delivered.
 - A fatal NAK (0x61, 0x62) puts the responder's QP in the error state too: later frames are dropped
   (``dropped_error_state``), nothing is acknowledged.
@@ -123,9 +124,9 @@ Choices the IBA leaves open (or that this model makes)
 - The IPv4 header has DF set, identification 0, TTL ``ttl``; the UDP checksum is 0.
 """
 
+import ipaddress
 from collections import deque
 from dataclasses import dataclass
-import ipaddress
 
 from netreduce.sim.roce_model import deparse_frame, empty_header, parse_frame
 from netreduce.wire import ETHERTYPE_IPV4, ROCE_UDP_PORT

@@ -39,7 +39,7 @@ def _linear(name, cin, cout):
 def _resnet50():
     out = _conv("conv1", 3, 64, 7) + _norm("bn1", 64)
     channels = 64
-    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512)), start=1):
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512), strict=True), start=1):
         for block in range(blocks):
             prefix = f"layer{stage}.{block}"
             out += (_conv(f"{prefix}.conv1", channels, width, 1) + _norm(f"{prefix}.bn1", width)

@@ -18,11 +18,11 @@ hand-written from a polynomial. Conventions used throughout:
 """
 
 import zlib
-from functools import lru_cache
+from functools import cache
 
 from amaranth.hdl import Cat, Const, Signal, Value
 
-from ..wire import field_offsets, IPV4_HEADER, IPV6_HEADER, UDP_HEADER, BTH
+from ..wire import BTH, IPV4_HEADER, IPV6_HEADER, UDP_HEADER, field_offsets
 
 __all__ = ["raw_update", "advance", "RAW_RESIDUE", "update_taps", "crc_update", "rewind_taps",
            "apply_taps", "residue_after", "icrc_field_masks", "icrc_beat_masks", "ICRC_MASK_LAYOUTS"]
@@ -41,7 +41,7 @@ def advance(state, nbytes):
 RAW_RESIDUE = 0x2144DF1C ^ 0xFFFFFFFF
 
 
-@lru_cache(maxsize=None)
+@cache
 def update_taps(nbytes):
     """For each of the 32 next-state bits, the bit mask over ``Cat(state[32], data[8 * nbytes])``."""
     taps = [0] * 32
@@ -103,7 +103,7 @@ def _invert(rows):
     return [augmented[i][1] for i in range(32)]
 
 
-@lru_cache(maxsize=None)
+@cache
 def rewind_taps(nbytes):
     """Taps of the inverse of :func:`advance` by ``nbytes`` zero bytes."""
     return tuple(_invert(_matrix_of(lambda s: advance(s, nbytes))))

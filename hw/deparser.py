@@ -31,12 +31,26 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..wire import (AETH, BTH, DETH, ETH_HEADER, ETH_MIN_FRAME, ETHERTYPE_VLAN, ICRC_BYTES, IETH, IMMDT,
-                    IPV4_HEADER, IPV6_HEADER, RETH, UDP_HEADER, field_offsets, header_bytes)
+from ..wire import (
+    AETH,
+    BTH,
+    DETH,
+    ETH_HEADER,
+    ETH_MIN_FRAME,
+    ETHERTYPE_VLAN,
+    ICRC_BYTES,
+    IETH,
+    IMMDT,
+    IPV4_HEADER,
+    IPV6_HEADER,
+    RETH,
+    UDP_HEADER,
+    field_offsets,
+    header_bytes,
+)
 from .crc import apply_taps, crc_update, icrc_beat_masks, rewind_taps
 from .parser import POS_BITS, keep_count, window_bytes_for
-from .stream import (FrameBeat, ParsedHeader, PayloadBeat, check_width, frame_stream, header_stream,
-                     payload_stream)
+from .stream import FrameBeat, ParsedHeader, PayloadBeat, check_width, frame_stream, header_stream, payload_stream
 
 __all__ = ["RoceDeparser", "serialize_header", "lanes_below"]
 
@@ -398,7 +412,10 @@ class RoceDeparser(wiring.Component):
             payload_lanes.eq(Mux(decided.known, below(decided.payload_end), all_lanes) & ~header_lanes),
             out_keep.eq(Mux(decided.known, below(decided.frame_end), all_lanes)),
         ]
-        lane_bytes = lambda lanes: Cat(*[lanes[i].replicate(8) for i in range(nbytes)])
+
+        def lane_bytes(lanes):
+            return Cat(*[lanes[i].replicate(8) for i in range(nbytes)])
+
         out_data = (decided.header & lane_bytes(header_lanes)) | (payload_part & lane_bytes(payload_lanes))
         icrc_here = decided.roce & decided.known & (decided.payload_end[lane_bits:] == 0)
         icrc_lane = decided.payload_end[0:lane_bits]

@@ -31,12 +31,29 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..wire import (AETH, BTH, DETH, ETH_HEADER, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, IETH,
-                    IMMDT, IPV4_HEADER, IPV6_HEADER, MAX_HEADER_BYTES, OPCODES, RETH, ROCE_UDP_PORT,
-                    UDP_HEADER, ICRC_BYTES, field_offsets, header_bytes)
+from ..wire import (
+    AETH,
+    BTH,
+    DETH,
+    ETH_HEADER,
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_VLAN,
+    ICRC_BYTES,
+    IETH,
+    IMMDT,
+    IPV4_HEADER,
+    IPV6_HEADER,
+    MAX_HEADER_BYTES,
+    OPCODES,
+    RETH,
+    ROCE_UDP_PORT,
+    UDP_HEADER,
+    field_offsets,
+    header_bytes,
+)
 from .crc import crc_update, icrc_beat_masks, residue_after
-from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, \
-    header_stream, payload_stream
+from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, header_stream, payload_stream
 
 __all__ = ["RoceParser", "FrameContext", "decode_normalize", "decode_raw", "decode_fields",
            "decode_context", "window_bytes_for", "keep_count", "thermometer"]
@@ -220,7 +237,7 @@ def decode_raw(m, normalized):
         roce_at[version] = Signal(name=f"roce_v{version}")
         m.d.comb += roce_at[version].eq(udp_here & (udp["dport"] == ROCE_UDP_PORT))
         table_at[version] = Signal(data.StructLayout({
-            "known": 1, "ext_bytes": range(EXT_BYTES + 1), **{name: 1 for name in EXTENSIONS}}),
+            "known": 1, "ext_bytes": range(EXT_BYTES + 1), **dict.fromkeys(EXTENSIONS, 1)}),
             name=f"opcode_v{version}")
         with m.Switch(opcode):
             for code, info in OPCODES.items():

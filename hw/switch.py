@@ -65,9 +65,23 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from ..sim.switch_model import COUNTERS, GAP_PSN_SHIFT
-from ..wire import (AGG_MAGIC, AGG_VERSION, BTH, CONTROL_MAGIC, CONTROL_PORT, CONTROL_VERSION, DTYPE_CODES,
-                    ETH_HEADER, ETH_MIN_FRAME, ETHERTYPE_IPV4, ICRC_BYTES, IPV4_HEADER, UDP_HEADER, ControlType,
-                    header_bytes)
+from ..wire import (
+    AGG_MAGIC,
+    AGG_VERSION,
+    BTH,
+    CONTROL_MAGIC,
+    CONTROL_PORT,
+    CONTROL_VERSION,
+    DTYPE_CODES,
+    ETH_HEADER,
+    ETH_MIN_FRAME,
+    ETHERTYPE_IPV4,
+    ICRC_BYTES,
+    IPV4_HEADER,
+    UDP_HEADER,
+    ControlType,
+    header_bytes,
+)
 from .deparser import RoceDeparser, lanes_below
 from .fp.adder import check_int
 from .parser import RoceParser
@@ -450,7 +464,7 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
         oldest_now = oldest_message_acks(conn_job)
         for field, value in zip(("oldest_message", "oldest_held", "outside", "closed", "delivered", "last"),
-                                oldest_now):
+                                oldest_now, strict=True):
             m.d.comb += view_now[field].eq(value)
         if not read_first:
             m.d.comb += view.eq(view_now)
@@ -575,7 +589,8 @@ class NetReduceSwitch(wiring.Component):
             lanes = [number * B + lane for lane in range(B)]
             checked = [i < len(expected) and expected[i] is not None for i in lanes]
             return [agg_lanes.eq(Cat(*[Const(c) for c in checked])),
-                    agg_expect.eq(Cat(*[expected[i] if c else Const(0, 8) for i, c in zip(lanes, checked)]))]
+                    agg_expect.eq(Cat(*[expected[i] if c else Const(0, 8)
+                                        for i, c in zip(lanes, checked, strict=True)]))]
 
         agg_beat_ok = Cat(*[(beat.data[8 * lane:8 * lane + 8] == agg_expect[8 * lane:8 * lane + 8]) | ~agg_lanes[lane]
                             for lane in range(B)]).all()
@@ -610,8 +625,8 @@ class NetReduceSwitch(wiring.Component):
                                & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        Outcome = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
-        O = {name: i for i, name in enumerate(Outcome)}
+        OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
+        OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
         R = {name: i for i, name in enumerate(COUNTERS)}
 
         # The decision. Everything the last beat settles (the verdicts, the size, whether the aggregation
@@ -622,14 +637,14 @@ class NetReduceSwitch(wiring.Component):
         # beat. The outcome for each value of the two facts is worked out too, for the counters.
         def decide_from_plan(agg_ok, ends_at_length):
             """(outcome, reason) of a frame whose verdicts are good and size is within bounds."""
-            outcome_, reason = (Signal(range(len(Outcome)), name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
+            outcome_, reason = (Signal(range(len(OUTCOMES)), name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
                                 Signal(range(len(COUNTERS)), name=f"reason_{agg_ok.value}{ends_at_length.value}"))
 
             def decide(kind, reason_name):
-                return [outcome_.eq(O[kind]), reason.eq(R[reason_name])]
+                return [outcome_.eq(OUTCOME[kind]), reason.eq(R[reason_name])]
             dup_length_ok = plan.dup_same_length & ends_at_length
             with m.If(plan.control):
-                m.d.comb += outcome_.eq(O["CHECK"])
+                m.d.comb += outcome_.eq(OUTCOME["CHECK"])
             with m.Elif(plan.plain):
                 m.d.comb += decide("FORWARD", "forwarded")
             with m.Elif(plan.ack):
@@ -664,8 +679,8 @@ class NetReduceSwitch(wiring.Component):
 
         by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
-        intended = Signal(range(len(Outcome)))
-        m.d.comb += intended.eq(Mux(checking, O["CREDIT"], by_facts[0b11][0]))
+        intended = Signal(range(len(OUTCOMES)))
+        m.d.comb += intended.eq(Mux(checking, OUTCOME["CREDIT"], by_facts[0b11][0]))
         # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
         # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
         size_ok = ~oversize & ~too_long
@@ -678,7 +693,7 @@ class NetReduceSwitch(wiring.Component):
 
         def happens(*kinds):
             """The frame being committed has one of these outcomes."""
-            return Cat(*[(intended == O[kind]) & needs[kind] for kind in kinds]).any()
+            return Cat(*[(intended == OUTCOME[kind]) & needs[kind] for kind in kinds]).any()
 
         # The reason each frame is counted under, a clock after its commit, from what the commit registered.
         Settled = data.StructLayout({"checking": 1, "request_valid": 1, "bad": 1, "icrc_ok": 1, "oversize": 1,
@@ -719,25 +734,25 @@ class NetReduceSwitch(wiring.Component):
         own_bytes = window_now[:8 * _OWN_BYTES]
         m.d.comb += [
             shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
-            headers.w_data.eq(Mux(intended == O["FORWARD_GAP"], shifted, h)),
+            headers.w_data.eq(Mux(intended == OUTCOME["FORWARD_GAP"], shifted, h)),
             hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(h), hs_w.data.own.eq(own_bytes),
             unsent_add_at.eq(plan.job * K + plan.k),
             new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
             new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),
         ]
         with m.Switch(intended):
-            with m.Case(O["FORWARD"], O["FORWARD_GAP"], O["ACK"]):
+            with m.Case(OUTCOME["FORWARD"], OUTCOME["FORWARD_GAP"], OUTCOME["ACK"]):
                 m.d.comb += [new_descriptor.kind.eq(FORWARD), new_descriptor.beats.eq(beat_index + 1)]
-            with m.Case(O["DUPLICATE"]):
+            with m.Case(OUTCOME["DUPLICATE"]):
                 m.d.comb += [new_descriptor.kind.eq(DUPLICATE), new_descriptor.rslot.eq(plan.dup_rslot),
                              new_descriptor.index0.eq(plan.dup_index0), new_descriptor.beats.eq(packet_beats),
                              new_descriptor.length.eq(length), new_descriptor.own.eq(own_bytes)]
-            with m.Case(O["CREDIT"]):
+            with m.Case(OUTCOME["CREDIT"]):
                 m.d.comb += [new_descriptor.kind.eq(CREDITS), new_descriptor.job.eq(request_j),
                              new_descriptor.worker.eq(request_worker), new_descriptor.all.eq(0),
                              new_descriptor.workers.eq(job_n[request_j]),
                              new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
-            with m.Case(O["CONTRIBUTE"]):
+            with m.Case(OUTCOME["CONTRIBUTE"]):
                 m.d.comb += [new_descriptor.kind.eq(RESULTS), new_descriptor.slot.eq(slot),
                              new_descriptor.rslot.eq(result_slot), new_descriptor.index0.eq(plan.index == 0),
                              new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
@@ -799,7 +814,7 @@ class NetReduceSwitch(wiring.Component):
                     with m.If(plan.advance):
                         m.d.sync += delivered[plan.conn].eq(plan.through)
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
-                with m.If((intended == O["ACK"]) & releases):
+                with m.If((intended == OUTCOME["ACK"]) & releases):
                     m.next = "RELEASE_CHECK"
                 with m.Else():
                     m.next = "IDLE"

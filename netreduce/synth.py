@@ -87,7 +87,7 @@ class Harness(Elaboratable):
 
     def _ports(self):
         ins, outs = [], []
-        for path, member, value in self.dut.signature.flatten(self.dut):
+        for _path, member, value in self.dut.signature.flatten(self.dut):
             if isinstance(value, Const):
                 continue
             value = Value.cast(value)
@@ -266,9 +266,9 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     ``freq_mhz`` (the constraint), ``met`` (Fmax >= constraint), ``placed_luts``, ``placed_ffs``
     (the whole harness after placement), ``routed``, ``device``, ``package``, ``speed``, ``seconds``,
     ``work_dir``, ``deepest`` (the ten deepest register inputs of the harness by :func:`logic_depths`:
-    ``depth``, ``endpoint``, ``from``). With ``route=False`` nextpnr stops after placement and ``fmax_mhz`` is its estimate
-    from the placed design (wire delays estimated, not routed): for designs whose routing takes hours.
-    Raises :class:`SynthesisError` when a tool fails.
+    ``depth``, ``endpoint``, ``from``). With ``route=False`` nextpnr stops after placement and ``fmax_mhz``
+    is its estimate from the placed design (wire delays estimated, not routed): for designs whose routing
+    takes hours. Raises :class:`SynthesisError` when a tool fails.
     """
     name = _safe_name(name)
     if device not in ECP5_DEVICES:

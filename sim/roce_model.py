@@ -21,8 +21,16 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from netreduce.wire import (ETH_MIN_FRAME, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, OPCODES,
-                            PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS, ROCE_UDP_PORT)
+from netreduce.wire import (
+    ETH_MIN_FRAME,
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_VLAN,
+    OPCODES,
+    PARSED_HEADER_FIELDS,
+    PAYLOAD_VERDICT_FIELDS,
+    ROCE_UDP_PORT,
+)
 
 __all__ = ["ParsedFrame", "parse_frame", "deparse_frame", "frame_summary", "has_udp", "empty_header",
            "HEADER_FIELD_NAMES", "VERDICT_FIELD_NAMES"]

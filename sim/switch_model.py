@@ -15,12 +15,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from netreduce.host.protocol import (AggHeader, ControlMessage, build_control_frame, ip_to_int, mac_to_int,
-                                     parse_control_payload)
+from netreduce.host.protocol import (
+    AggHeader,
+    ControlMessage,
+    build_control_frame,
+    ip_to_int,
+    mac_to_int,
+    parse_control_payload,
+)
 from netreduce.sim.fp import get_format, tree_sum
 from netreduce.sim.roce_model import deparse_frame, parse_frame, verdict_good
-from netreduce.wire import (AGG_HEADER_BYTES, CONTROL_PORT, PSN_MODULUS, RC_WRITE_OPCODES,
-                            AethSyndrome, ControlType, psn_distance)
+from netreduce.wire import (
+    AGG_HEADER_BYTES,
+    CONTROL_PORT,
+    PSN_MODULUS,
+    RC_WRITE_OPCODES,
+    AethSyndrome,
+    ControlType,
+    psn_distance,
+)
 
 __all__ = ["JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "COUNTERS", "GAP_PSN_SHIFT"]
 
@@ -154,7 +167,7 @@ class SwitchModel:
 
     def __init__(self, config):
         self.config = config
-        self.counters = Counter({name: 0 for name in COUNTERS})
+        self.counters = Counter(dict.fromkeys(COUNTERS, 0))
         self._mac = mac_to_int(config.mac)
         self._ip = ip_to_int(config.ip)
         self.jobs = {}

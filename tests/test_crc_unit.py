@@ -24,7 +24,7 @@ def evaluate(build, inputs):
 
     async def bench(ctx):
         for values in inputs:
-            for signal, (_, value) in zip(signals, values):
+            for signal, (_, value) in zip(signals, values, strict=True):
                 ctx.set(signal, value)
             results.append(ctx.get(out))
     sim = Simulator(m)
@@ -39,7 +39,7 @@ def test_crc_update_matches_zlib(nbytes):
     cases = [(rng.getrandbits(32), rng.randbytes(nbytes)) for _ in range(50)]
     inputs = [[(32, state), (8 * nbytes, int.from_bytes(data, "little"))] for state, data in cases]
     got = evaluate(lambda m, state, data: crc_update(m, state, data, nbytes), inputs)
-    for (state, data), value in zip(cases, got):
+    for (state, data), value in zip(cases, got, strict=True):
         # zlib's crc32(data, crc) runs the register from ~crc and returns the register inverted
         assert value == zlib.crc32(data, state ^ 0xFFFFFFFF) ^ 0xFFFFFFFF
 
@@ -61,7 +61,8 @@ def test_icrc_residue_and_rewind():
         after = zlib.crc32(message + bytes(zeros)) ^ 0xFFFFFFFF
         cases.append((zeros, before, after))
     for zeros, before, after in cases:
-        (got,) = evaluate(lambda m, state: apply_taps(rewind_taps(zeros), state), [[(32, after)]])
+        # evaluate() calls the lambda before the loop moves on, so it sees this iteration's ``zeros``
+        (got,) = evaluate(lambda m, state: apply_taps(rewind_taps(zeros), state), [[(32, after)]])  # noqa: B023
         assert got == before
 
 
@@ -74,5 +75,5 @@ def test_ipv4_checksum_matches_host_library():
 
     def build(m, word):
         return ipv4_checksum([word[8 * i:8 * (i + 1)] for i in range(20)])
-    for header, value in zip(headers, evaluate(build, inputs)):
+    for header, value in zip(headers, evaluate(build, inputs), strict=True):
         assert value == reference_checksum(bytes(header))

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netreduce.hw.fp import MAX_ADDER_STAGES, FPAdder
 from netreduce.sim import fp

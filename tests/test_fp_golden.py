@@ -47,7 +47,7 @@ def test_add_corner_cases_exact(fmt):
     f = fp.get_format(fmt)
     a, b = fp.corner_pairs(f)
     got = fp.add(f, a, b)
-    for x, y, r in zip(a.tolist(), b.tolist(), got.tolist()):
+    for x, y, r in zip(a.tolist(), b.tolist(), got.tolist(), strict=True):
         xa, ya = fp.to_float64(f, np.array([x, y], dtype=f.dtype))
         if np.isnan(xa) or np.isnan(ya) or (np.isinf(xa) and np.isinf(ya) and xa != ya):
             assert r == f.canonical_nan
@@ -87,7 +87,7 @@ def test_bf16_rounding_against_fraction():
     rng = np.random.default_rng(8)
     x = np.ldexp(rng.random(2000) + 0.5, rng.integers(-140, 130, 2000)) * rng.choice([-1, 1], 2000)
     got = fp.from_float64("bf16", x)
-    for v, g in zip(x.tolist(), got.tolist()):
+    for v, g in zip(x.tolist(), got.tolist(), strict=True):
         assert g == ref_round("bf16", Fraction(v))
 
 
@@ -124,7 +124,7 @@ def ref_tree(fmt, contributions, mask, ftz):
     f = fp.get_format(fmt)
     n = len(contributions)
     vals = []
-    for c, m in zip(contributions, mask):
+    for c, m in zip(contributions, mask, strict=True):
         if not m:
             vals.append(None)
             continue

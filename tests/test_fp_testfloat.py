@@ -48,7 +48,7 @@ def test_all_spanning_pairs(fmt, ftz, stages, tmp_path, capsys):
     d = f.width // 4
     path = tmp_path / "vectors.txt"
     path.write_text("".join(f"{x:0{d}x} {y:0{d}x} {z:0{d}x} 01\n" for x, y, z in
-                            zip(a.tolist(), b.tolist(), ref.tolist())))
+                            zip(a.tolist(), b.tolist(), ref.tolist(), strict=True)))
     argv = ["--format", fmt, "--pipeline-stages", str(stages), "--check", "--input", str(path)]
     if ftz:
         argv.append("--ftz")
@@ -100,7 +100,8 @@ def test_icarus(tmp_path, capsys):
     a, b = fp.random_pairs("fp16", 2000, seed=9)
     ref = fp.add("fp16", a, b, True)
     path = tmp_path / "v.txt"
-    path.write_text("".join(f"{x:04X} {y:04X} {z:04X}\n" for x, y, z in zip(a.tolist(), b.tolist(), ref.tolist())))
+    path.write_text("".join(f"{x:04X} {y:04X} {z:04X}\n" for x, y, z in
+                            zip(a.tolist(), b.tolist(), ref.tolist(), strict=True)))
     status, out = run_cli(["--format", "fp16", "--ftz", "--sim", "icarus", "--pipeline-stages", "3", "--check",
                            "--input", str(path)], capsys)
     assert out.out.splitlines()[-1] == "2000 passed, 0 failed"

@@ -6,8 +6,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
@@ -16,11 +15,22 @@ from scapy.utils import rdpcap
 
 from netreduce.host import icrc as icrc_mod
 from netreduce.host.icrc import compute_icrc, fix_icrc, icrc_ok, ipv4_checksum
-from netreduce.host.packets import (AETH, BTH, DETH, IETH, RETH, CNPPadding, ImmDt, build_ack, build_cnp,
-                                    build_roce_frame, dissect, roce_packet)
+from netreduce.host.packets import (
+    AETH,
+    BTH,
+    DETH,
+    IETH,
+    RETH,
+    CNPPadding,
+    ImmDt,
+    build_ack,
+    build_cnp,
+    build_roce_frame,
+    dissect,
+    roce_packet,
+)
 from netreduce.host.pcap import read_pcap, read_pcap_timed, write_pcap
 from netreduce.host.strategies import KNOWN_OPCODES, UNKNOWN_OPCODES, roce_frames_with_args
-
 
 from references import CAPTURES, capture_files, extensions_of, ones_complement_sum
 
@@ -278,7 +288,7 @@ def test_built_frames_dissect_to_their_arguments(case):
         args["fecn"], args["becn"], args["resv6"], args["dest_qp"], args["ack_req"], args["resv7"], args["psn"])
     chain = layers_after(bth)
     assert [type(layer) for layer in chain[:len(names)]] == [LAYER_OF[n] for n in names]
-    for name, layer in zip(names, chain):
+    for name, layer in zip(names, chain, strict=False):
         if name == "deth":
             assert (layer.qkey, layer.reserved, layer.src_qp) == (*args["deth"][:1], 0, args["deth"][1])
         elif name == "reth":

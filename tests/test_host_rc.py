@@ -10,8 +10,7 @@ import heapq
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -143,7 +142,7 @@ def test_frames_dissect_with_right_layers_addresses_and_checksums():
     acks = [a for f in frames for a in resp.receive(f, 0)]
     assert len(frames) == 4 and len(acks) == 2
     expected_layers = [[RETH], [], [ImmDt], [RETH]]
-    for frame, ext in zip(frames, expected_layers):
+    for frame, ext in zip(frames, expected_layers, strict=True):
         assert len(frame) >= 60
         assert icrc_ok(frame)
         assert ipv4_checksum_ok(frame[14:34])

@@ -16,8 +16,7 @@ from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.parser import RoceParser
 from netreduce.hw.stream import ParsedHeader, Verdict
 from netreduce.sim import roce_model
-from netreduce.sim.amaranth_streams import (collect_frames, collect_records, run, send_frames,
-                                            send_records)
+from netreduce.sim.amaranth_streams import collect_frames, collect_records, run, send_frames, send_records
 from netreduce.wire import PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
 from references import capture_files
@@ -45,7 +44,7 @@ def simulate_parser(frames, width, *, idle=0.0, backpressure=0.0, seed=0):
 def check_parser(frames, width, **knobs):
     headers, payloads = simulate_parser(frames, width, **knobs)
     assert len(headers) == len(payloads) == len(frames)
-    for index, (frame, header, (payload, verdict)) in enumerate(zip(frames, headers, payloads)):
+    for index, (frame, header, (payload, verdict)) in enumerate(zip(frames, headers, payloads, strict=True)):
         expected = roce_model.parse_frame(frame)
         diff = {name: (header[name], expected.header[name]) for name in header
                 if header[name] != expected.header[name]}
@@ -72,7 +71,7 @@ def check_deparser(frames, width, **knobs):
     out = simulate_deparser([p.header for p in parsed], [p.payload for p in parsed],
                             [p.verdict for p in parsed], width, **knobs)
     assert len(out) == len(frames)
-    for index, (p, got) in enumerate(zip(parsed, out)):
+    for index, (p, got) in enumerate(zip(parsed, out, strict=True)):
         expected = roce_model.deparse_frame(p.header, p.payload, p.verdict)
         assert got == expected, f"frame {index}: deparsed frame differs from the model"
 

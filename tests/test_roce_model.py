@@ -5,8 +5,7 @@ import json
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
@@ -15,8 +14,7 @@ from scapy.packet import Padding
 from netreduce.host.icrc import fix_icrc, icrc_ok as host_icrc_ok
 from netreduce.host.packets import AETH, BTH, DETH, IETH, RETH, ImmDt, build_roce_frame
 from netreduce.host.pcap import read_pcap
-from netreduce.host.strategies import (MALFORMED_KINDS, malformed_frames, roce_frames_with_args,
-                                       truncated_frames)
+from netreduce.host.strategies import MALFORMED_KINDS, malformed_frames, roce_frames_with_args, truncated_frames
 from netreduce.sim.roce_model import ParsedFrame, deparse_frame, frame_summary, parse_frame
 from netreduce.wire import OPCODES, PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
@@ -103,7 +101,7 @@ def oracle(frame):
         layer = layer.payload
     names = extensions_of(bth.opcode)
     hdr_len = u + 8 + 12
-    for name, layer in zip(names, chain):
+    for name, layer in zip(names, chain, strict=False):
         hdr_len += len(layer.self_build())
         h["has_" + name] = 1
         if name == "deth":

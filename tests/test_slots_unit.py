@@ -19,7 +19,6 @@ from amaranth.sim import Simulator
 from netreduce.hw.slots import SlotMemory
 from netreduce.sim import fp
 
-
 # --- reference ---------------------------------------------------------------------------------------
 
 def make_contributions(fmt, workers, slots, packet_beats, lanes, rng):

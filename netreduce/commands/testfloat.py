@@ -207,7 +207,7 @@ def simulate_pairs(a_list, b_list, *, fmt="fp32", ftz=False, stages=4, simulator
     with tempfile.TemporaryDirectory(prefix="netreduce_testfloat_") as tmp:
         tmp = Path(tmp)
         with open(tmp / "vectors.hex", "w") as out:
-            out.writelines(f"{a:0{digits}x} {b:0{digits}x}\n" for a, b in zip(a_list, b_list))
+            out.writelines(f"{a:0{digits}x} {b:0{digits}x}\n" for a, b in zip(a_list, b_list, strict=True))
         proc = subprocess.run([*argv, f"+N={len(a_list)}"], cwd=tmp, env=env, capture_output=True,
                               text=True)
         results_path = tmp / "results.hex"
@@ -245,7 +245,7 @@ def run(args):
     chunk = []
     passed = failed = 0
     shown = 0
-    for a, b, r, e in zip(a_list, b_list, results, e_list):
+    for a, b, r, e in zip(a_list, b_list, results, e_list, strict=True):
         chunk.append(f"{a:0{digits}X} {b:0{digits}X} {r:0{digits}X}\n")
         if args.check:
             if r == e or (_is_nan(fmt, r) and _is_nan(fmt, e)):
