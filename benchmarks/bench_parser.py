@@ -23,8 +23,7 @@ from netreduce.host.packets import build_ack, build_roce_frame
 from netreduce.host.pcap import write_pcap
 from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.parser import RoceParser
-from netreduce.hw.top import RocePipelineTop
-from netreduce.sim.runner import run_cocotb
+from netreduce.tb.harness import run_roce_top
 
 WORKLOADS = {
     "min_send_only_0B": lambda i: build_roce_frame(0x04, b"", psn=i),     # 58 bytes, padded to 60
@@ -41,9 +40,8 @@ def measure(width, workload, count):
     with tempfile.TemporaryDirectory() as scratch:
         pcap, out = Path(scratch) / "frames.pcap", Path(scratch) / "result.json"
         write_pcap(pcap, frames)
-        run_cocotb(RocePipelineTop(width), name="pipeline_top", test_module="netreduce.tb.bench_tb",
-                   build_params={"top": "pipeline", "width": width},
-                   params={"frames": str(pcap), "out": str(out)}, quiet=True)
+        run_roce_top("pipeline", width, test_module="netreduce.tb.bench_tb", quiet=True,
+                     params={"frames": str(pcap), "out": str(out)})
         return json.loads(out.read_text())
 
 

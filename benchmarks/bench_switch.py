@@ -41,7 +41,7 @@ from netreduce.host.network import ModelEngine, build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch import NetReduceSwitch
-from netreduce.sim.runner import run_cocotb
+from netreduce.tb.harness import run_switch
 
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
 FORWARDED_FRAMES = 400
@@ -76,8 +76,7 @@ def run_measure(switch, scenario, workers):
     with tempfile.TemporaryDirectory() as scratch:
         path, out = Path(scratch) / "scenario.pickle", Path(scratch) / "result.json"
         path.write_bytes(pickle.dumps(scenario))
-        run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
-                   build_params=switch.parameters, testcase="measure", quiet=True,
+        run_switch(switch, testcase="measure", quiet=True,
                    params={"scenario": str(path), "out": str(out), "workers": workers})
         return json.loads(out.read_text())
 

@@ -5,17 +5,19 @@ package's own ``bin/`` folder, not on ``PATH``, so :func:`simulator_env` points 
 ``VERILATOR_ROOT`` there. Icarus Verilog is used when asked for and ``iverilog`` is on ``PATH``.
 
 Each (top, parameter set, simulator) gets its own build folder under ``sim_build/`` so that parallel
-pytest workers never share one, and a rebuild happens only when the generated Verilog changes.
-Set ``WAVES=1`` in the environment for an FST (Icarus) or VCD (Verilator) waveform in that folder.
+pytest workers never share one; the Verilog is generated again only when the Python it comes from changes,
+and rebuilt only when the Verilog or the build options change (docs/ARCHITECTURE.md, "Simulation runner
+and testbenches"). Set ``WAVES=1`` in the environment for an FST (Icarus) or VCD (Verilator) waveform in
+that folder.
 
-The C++ that Verilator writes for the switch runs to tens of megabytes, and g++ spends minutes on it at
-Verilator's default ``-Os``: builds use ``NETREDUCE_VERILATOR_CXX_OPT`` (default ``-O0``), which builds
-the 512-bit switch about eight times faster; benchmarks of simulation speed ask for ``-O2``.
+The C++ that Verilator writes for the switch runs to tens of megabytes: g++ compiles the code evaluated
+every clock at ``NETREDUCE_VERILATOR_CXX_OPT`` (default ``-O1``) and the construction code at ``-O0``.
 """
 
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -33,10 +35,18 @@ DEFAULT_BUILD_ROOT = Path(os.environ.get("NETREDUCE_SIM_BUILD", REPO_ROOT / "sim
 # width lint everywhere; none of it is a design error.
 BUILD_ARGS = {"verilator": ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-UNOPTFLAT", "-O3"]}
 
+# cocotb's Verilator runner makes every signal of the design writable from outside (--public-flat-rw),
+# which keeps Verilator from optimizing the design's evaluation; instead this control file makes visible
+# the signals of the top module alone (its ports) and the rings of tb/harness.py.
+VERILATOR_CONTROL = """`verilator_config
+public_flat_rw -module "{top}" -var "*"
+public_flat_rw -module "*" -var "ring_*"
+"""
+
 
 def verilator_cxx_opt():
     """The g++ optimisation of Verilator builds (module documentation)."""
-    return os.environ.get("NETREDUCE_VERILATOR_CXX_OPT", "-O0")
+    return os.environ.get("NETREDUCE_VERILATOR_CXX_OPT", "-O1")
 
 
 class SimulationError(RuntimeError):
@@ -65,8 +75,10 @@ def simulator_env(simulator):
             "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             # the wheel's verilated.mk was configured with an empty precompiled-header include flag,
             # which leaves "Vtop__pch.h.fast" on the compiler line as if it were an input file
-            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include " + " ".join(
-                f"{variable}={verilator_cxx_opt()}" for variable in ("OPT_FAST", "OPT_SLOW", "OPT_GLOBAL")),
+            # the code run every clock (and Verilator's runtime, VPI included) at the chosen level, the
+            # construction code at -O0
+            "MAKEFLAGS": (f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={verilator_cxx_opt()} "
+                          f"OPT_GLOBAL={verilator_cxx_opt()} OPT_SLOW=-O0"),
         }
     if simulator == "icarus":
         if shutil.which("iverilog") is None:
@@ -99,12 +111,70 @@ def generate_verilog(component, name, path=None):
     return text
 
 
+def _runner(simulator):
+    from cocotb_tools.runner import Verilator, get_runner
+    if simulator != "verilator":
+        return get_runner(simulator)
+
+    class FocusedVerilator(Verilator):
+        """cocotb's Verilator runner without ``--public-flat-rw`` (see ``VERILATOR_CONTROL``)."""
+
+        def _build_command(self):
+            commands = super()._build_command()
+            commands[0] = [arg for arg in commands[0] if arg != "--public-flat-rw"]
+            return commands
+    return FocusedVerilator()
+
+
+def _source_digest():
+    """A digest of the Python source that generated Verilog depends on: the RTL (hw/), the harness
+    (tb/harness.py), and what they import from the package (netreduce/, sim/)."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    files = [*sorted((root / "hw").rglob("*.py")), root / "tb" / "harness.py",
+             *sorted((root / "netreduce").glob("*.py")), *sorted((root / "sim").glob("*.py"))]
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    import amaranth
+    digest.update(amaranth.__version__.encode())
+    return digest.hexdigest()
+
+
 def _param_tag(params):
     text = "-".join(f"{key}{value}" for key, value in sorted(params.items()))
     text = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
     if len(text) > 80:      # long parameter lists: a readable prefix and a hash of the whole
         text = f"{text[:63]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     return text or "default"
+
+
+_ZERO_MEMORY_INIT = re.compile(r"  initial begin\n(?:    [\w\\$.]+ ?\[\d+\] = \d+'h0+;\n)+  end\n")
+
+
+def verilator_source(text):
+    """Generated Verilog as Verilator builds it: the blocks that set every word of a memory to zero at
+    start are left out (Verilator starts every variable at zero; Amaranth writes one line per word,
+    which for the switch's memories is half of the text and of the C++ to compile)."""
+    return _ZERO_MEMORY_INIT.sub("", text)
+
+
+def _cached_verilog(component, name, build_dir, build_params):
+    """``generate_verilog(component, name)``, kept in ``build_dir`` beside the digest of what made it
+    (the source, ``name`` and ``build_params``, which must determine the component): generating the
+    switch takes about a minute, and most runs of a build change nothing in its source."""
+    import fcntl
+    key = hashlib.sha256(json.dumps([_source_digest(), name, build_params], sort_keys=True,
+                                    default=str).encode()).hexdigest()
+    cached, cached_key = build_dir / "generated.v", build_dir / "generated.key"
+    with open(build_dir / ".generate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cached_key.exists() and cached_key.read_text() == key and cached.exists():
+            return cached.read_text()
+        text = generate_verilog(component, name)
+        cached.write_text(text)
+        cached_key.write_text(key)
+    return text
 
 
 def run_cocotb(component, *, name, test_module, build_params=None, params=None, simulator=None,
@@ -121,29 +191,34 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
     import fcntl
     import uuid
 
-    from cocotb_tools.runner import get_results, get_runner
+    from cocotb_tools.runner import get_results
 
     build_params = dict(build_params or {})
     simulator = simulator or default_simulator()
     waves = bool(int(os.environ.get("WAVES", "0"))) if waves is None else waves
     build_dir = Path(build_root or DEFAULT_BUILD_ROOT) / name / simulator / _param_tag(build_params)
     build_dir.mkdir(parents=True, exist_ok=True)
-    text = generate_verilog(component, name)
+    text = _cached_verilog(component, name, build_dir, build_params)
     stamp_text = (hashlib.sha256(text.encode()).hexdigest() + ("-waves" if waves else "")
-                  + (verilator_cxx_opt() if simulator == "verilator" else ""))
+                  + (verilator_cxx_opt() + VERILATOR_CONTROL if simulator == "verilator" else ""))
 
     env_add = simulator_env(simulator)
     saved = {key: os.environ.get(key) for key in env_add}
     os.environ.update(env_add)
     try:
-        runner = get_runner(simulator)
+        runner = _runner(simulator)
         with open(build_dir / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             source, stamp = build_dir / f"{name}.v", build_dir / "source.sha256"
             fresh = not (stamp.exists() and stamp.read_text() == stamp_text)
             if fresh:
-                source.write_text(text)
-            runner.build(sources=[source], hdl_toplevel=name, build_dir=build_dir, always=fresh,
+                source.write_text(verilator_source(text) if simulator == "verilator" else text)
+            sources = [source]
+            if simulator == "verilator":        # cocotb takes the last source for the top's language
+                control = build_dir / "public.vlt"
+                control.write_text(VERILATOR_CONTROL.format(top=name))
+                sources.insert(0, control)
+            runner.build(sources=sources, hdl_toplevel=name, build_dir=build_dir, always=fresh,
                          waves=waves, timescale=("1ns", "1ps"), build_args=BUILD_ARGS.get(simulator, []),
                          log_file=build_dir / "build.log" if quiet else None)
             stamp.write_text(stamp_text)

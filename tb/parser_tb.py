@@ -16,7 +16,7 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import RisingEdge, SimTimeoutError, Timer, with_timeout
+from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 from cocotbext.eth import EthMacRx, EthMacTx
 
@@ -24,6 +24,7 @@ from netreduce.host.pcap import read_pcap
 from netreduce.hw.stream import ParsedHeader
 from netreduce.sim import roce_model
 from netreduce.sim.runner import cocotb_params
+from netreduce.tb.harness_driver import HarnessDriver
 from netreduce.wire import PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
 CLOCK_NS = 6.4      # 156.25 MHz, the 10G XGMII clock
@@ -43,7 +44,9 @@ class TB:
         self.params = params
         self.log = logging.getLogger("cocotb.tb")
         self.width = params["width"]
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        if hasattr(dut, "bypass"):         # a tb/harness.py build: its bus models drive the device directly
+            dut.bypass.value = 1
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         self.source, self.sink = self.stream_port(*self.STREAM_PORTS)
         self.headers = []
         self.verdicts = []
@@ -64,7 +67,8 @@ class TB:
         sink_bus = AxiStreamBus.from_prefix(dut, sink_prefix, bus_separator="__")
         if params.get("mac"):
             speed = self.width / CLOCK_NS * 1e9
-            macs = EthMacRx(source_bus, dut.clk, dut.rst, speed=speed), EthMacTx(sink_bus, dut.clk, dut.rst, speed=speed)
+            macs = (EthMacRx(source_bus, dut.clk, dut.rst, speed=speed),
+                    EthMacTx(sink_bus, dut.clk, dut.rst, speed=speed))
             for mac in macs:
                 mac.log.setLevel(logging.WARNING)      # not a line per frame
             return macs
@@ -138,69 +142,72 @@ def verdict_dict(tuser_last):
     return {name: (tuser_last >> bit) & 1 for bit, (name, _) in enumerate(PAYLOAD_VERDICT_FIELDS)}
 
 
+async def play(dut, params, frames, *, pauses=True):
+    """``frames`` through the device in bulk (tb/harness.py), with the idle cycles and backpressure of
+    ``params`` when ``pauses``; returns the harness driver once every frame has come out of ``m_axis``
+    and ten more clocks have passed."""
+    bench = HarnessDriver(dut, params["harness"], clock_ns=CLOCK_NS)
+    dut.bypass.value = 0
+    await bench.start(idle=params.get("idle", 0.0) if pauses else 0.0,
+                      backpressure=params.get("backpressure", 0.0) if pauses else 0.0, seed=params.get("seed", 0))
+    for frame in frames:
+        bench.queue(0, frame)
+    await bench.run(lambda: len(bench.recorders[0].frames) >= len(frames),
+                    timeout_clocks=1000 + 20 * sum(len(f) for f in frames))
+    await bench.settle(10)
+    return bench
+
+
 @cocotb.test()
 async def frames_against_model(dut):
-    tb, frames = await TB.start(dut)
-    params = tb.params
-    cocotb.start_soon(tb.send_all(frames))
-    received = await tb.receive(len(frames), timeout_cycles=1000 + 20 * sum(len(f) for f in frames))
+    params = cocotb_params()
+    frames = read_pcap(params["frames"])
+    bench = await play(dut, params, frames)
+    received = bench.recorders[0].frames
+    headers = bench.recorders[1].frames if params["top"] == "parser" else []
 
     failures = []
-    for index, (frame, got) in enumerate(zip(frames, received)):
+    for index, (frame, got) in enumerate(zip(frames, received, strict=False)):
         expected = roce_model.parse_frame(frame)
         if params["top"] == "pipeline":
             want = roce_model.deparse_frame(expected.header, expected.payload, expected.verdict)
-            if bytes(got.tdata) != want:
-                failures.append(f"frame {index}: output {bytes(got.tdata).hex()} != model {want.hex()}")
+            if got.data != want:
+                failures.append(f"frame {index}: output {got.data.hex()} != model {want.hex()}")
             continue
-        header = header_dict(tb.headers[index])
+        header = header_dict(headers[index].data)
         diff = {k: (header[k], expected.header[k]) for k in header if header[k] != expected.header[k]}
         if diff:
             failures.append(f"frame {index}: header (rtl, model) {diff}")
-        if bytes(got.tdata) != expected.payload:
-            failures.append(f"frame {index}: payload {bytes(got.tdata).hex()} != {expected.payload.hex()}")
-        verdict = verdict_dict(tb.verdicts[index])
+        if got.data != expected.payload:
+            failures.append(f"frame {index}: payload {got.data.hex()} != {expected.payload.hex()}")
+        verdict = verdict_dict(got.user)
         if verdict != expected.verdict:
             failures.append(f"frame {index}: verdict {verdict} != {expected.verdict}")
     for failure in failures[:20]:
-        tb.log.error(failure)
+        dut._log.error(failure)
     assert not failures, f"{len(failures)} mismatches against the golden model"
+    assert len(received) == len(frames), "frames beyond those sent"
     if params["top"] == "parser":
-        assert len(tb.headers) == len(frames), "a header record per frame"
-    await Timer(10 * CLOCK_NS, unit="ns")
-    assert tb.sink.empty(), "frames beyond those sent"
+        assert len(headers) == len(frames), "a header record per frame"
 
 
 @cocotb.test()
 async def line_rate(dut):
-    """Back-to-back frames with no idle cycle and no backpressure: the input never stalls.
-
-    The number of cycles from the first beat offered to the last beat accepted must equal the number of
-    beats (one beat per clock), apart from the pipeline filling before the first frame leaves."""
+    """Back-to-back frames with no idle cycle and no backpressure: the input never stalls (no clock in
+    which a beat was offered and not taken)."""
     params = cocotb_params()
     if params.get("idle") or params.get("backpressure"):
         return
-    tb, frames = await TB.start(dut, params)
-    nbytes = params["width"] // 8
-    beats = sum(-(-len(f) // nbytes) for f in frames)
-    stalls = 0
-    accepted = 0
-
-    async def count():
-        nonlocal stalls, accepted
-        while accepted < beats:
-            await RisingEdge(dut.clk)
-            if dut.s_axis__tvalid.value == 1:
-                if dut.s_axis__tready.value == 1:
-                    accepted += 1
-                else:
-                    stalls += 1
-    counter = cocotb.start_soon(count())
-    cocotb.start_soon(tb.send_all(frames))
-    await tb.receive(len(frames), timeout_cycles=1000 + 4 * beats)
-    await counter
-    tb.log.info("line rate: %d beats accepted, %d stall cycles", accepted, stalls)
+    frames = read_pcap(params["frames"])
+    bench = await play(dut, params, frames)
+    stamps = bench.players[0].stamps
+    stalls = sum(stamp["refused"] for stamp in stamps)
+    beats = sum(-(-len(f) // (params["width"] // 8)) for f in frames)
+    dut._log.info("line rate: %d beats in %d clocks, %d stall cycles (%.1f s exchanging with the harness)", beats,
+                  stamps[-1]["last"] - stamps[0]["first"] + 1, stalls, bench.exchange_seconds)
+    assert len(stamps) == len(frames)
     assert stalls == 0, f"the input stalled for {stalls} cycles on {beats} back-to-back beats"
+    assert stamps[-1]["last"] - stamps[0]["first"] + 1 == beats
 
 
 @cocotb.test()
@@ -211,10 +218,39 @@ async def dump_records(dut):
     params = cocotb_params()
     if "out" not in params:
         return
-    tb, frames = await TB.start(dut, params)
-    cocotb.start_soon(tb.send_all(frames))
-    await tb.receive(len(frames), timeout_cycles=1000 + 4 * sum(len(f) for f in frames))
-    assert len(tb.headers) == len(tb.verdicts) == len(frames)
+    frames = read_pcap(params["frames"])
+    bench = await play(dut, params, frames, pauses=False)
+    headers, payloads = bench.recorders[1].frames, bench.recorders[0].frames
+    assert len(headers) == len(payloads) == len(frames)
     with open(params["out"], "w") as out:
-        for header, verdict in zip(tb.headers, tb.verdicts):
-            out.write(json.dumps({"header": str(header), "verdict": verdict}) + "\n")
+        for header, payload in zip(headers, payloads, strict=True):
+            out.write(json.dumps({"header": str(header.data), "verdict": payload.user}) + "\n")
+
+
+@cocotb.test()
+async def simulation_speed(dut):
+    """Not a check but a measurement (benchmarks/bench_sim.py): the frames through the device, in bulk
+    (``mode`` "bulk") or clock by clock through cocotbext-axi (``mode`` "clock"), with the idle cycles and
+    backpressure of the parameters; writes the simulated clocks and the wall time as JSON to ``out``."""
+    import json
+    import time
+
+    from cocotb.utils import get_sim_time
+    params = cocotb_params()
+    frames = read_pcap(params["frames"])
+    timeout = 1000 + 20 * sum(len(f) for f in frames)
+    if params["mode"] == "bulk":
+        wall = time.perf_counter()
+        bench = await play(dut, params, frames)
+        wall, clocks = time.perf_counter() - wall, bench.cycle
+        received = [frame.data for frame in bench.recorders[0].frames]
+    else:
+        tb = TB(dut, params)
+        await tb.reset()
+        start, wall = get_sim_time("ns"), time.perf_counter()
+        cocotb.start_soon(tb.send_all(frames))
+        received = [bytes(frame.tdata) for frame in await tb.receive(len(frames), timeout)]
+        wall, clocks = time.perf_counter() - wall, round((get_sim_time("ns") - start) / CLOCK_NS)
+    assert len(received) == len(frames)
+    with open(params["out"], "w") as out:
+        json.dump({"clocks": clocks, "frames": 2 * len(frames), "wall_seconds": wall}, out)

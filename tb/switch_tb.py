@@ -15,29 +15,22 @@ import collections
 import pickle
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
 from netreduce.host.protocol import ip_to_int, mac_to_int
 from netreduce.hw.switch import CSR
 from netreduce.sim.runner import cocotb_params
 from netreduce.sim.switch_model import COUNTERS
+from netreduce.tb.harness_driver import HarnessDriver
 from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
 
-class TB(StreamTB):
-    """The parser testbench's clock, AXI-Stream source and sink, pauses and reset, plus a source and a
-    sink on every further port (``sources[p]``, ``sinks[p]``) and the control registers."""
 
-    STREAM_PORTS = ("s_axis__0", "m_axis__0")
+class Registers:
+    """The switch's control registers through its ``csr`` port, one access a clock."""
 
-    def __init__(self, dut, params):
-        super().__init__(dut, params)
-        self.ports = params.get("ports", 1)
-        self.sources, self.sinks = [self.source], [self.sink]
-        for p in range(1, self.ports):
-            source, sink = self.stream_port(f"s_axis__{p}", f"m_axis__{p}", stream=p)
-            self.sources.append(source)
-            self.sinks.append(sink)
+    def __init__(self, dut):
+        self.dut = dut
         dut.csr__we.value = 0
         dut.csr__addr.value = 0
         dut.csr__wdata.value = 0
@@ -55,7 +48,10 @@ class TB(StreamTB):
         await RisingEdge(self.dut.clk)
         return self.dut.csr__rdata.value.to_unsigned()
 
-    async def configure(self, config, workers):
+    async def counters(self):
+        return {name: await self.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)}
+
+    async def configure(self, config, workers, forwarding_entries):
         """Load a ``SwitchConfig`` (jobs by position; connection c = job position * N + worker)."""
         mac = mac_to_int(config.mac)
         await self.write(CSR.SWITCH_MAC_LO, mac)
@@ -63,7 +59,7 @@ class TB(StreamTB):
         await self.write(CSR.SWITCH_IP, ip_to_int(config.ip))
         await self.write(CSR.CONTROL_PORT, config.control_port)
         await self.write(CSR.DEFAULT_PORT, config.default_port)
-        assert len(config.forwarding) <= self.params["forwarding_entries"], "more MACs than forwarding entries"
+        assert len(config.forwarding) <= forwarding_entries, "more MACs than forwarding entries"
         for e, (mac, port) in enumerate(sorted((mac_to_int(mac), port) for mac, port in config.forwarding.items())):
             base = CSR.FORWARD_BASE + CSR.FORWARD_STRIDE * e
             for offset, value in ((CSR.FORWARD_MAC_LO, mac), (CSR.FORWARD_MAC_HI, mac >> 32),
@@ -88,12 +84,36 @@ class TB(StreamTB):
                                   (CSR.CONN_START_PSN, conn.start_psn), (CSR.CONN_ENABLE, 1)):
                 await self.write(base + offset, value)
 
+
+class TB(StreamTB):
+    """The parser testbench's clock, AXI-Stream source and sink, pauses and reset, plus a source and a
+    sink on every further port (``sources[p]``, ``sinks[p]``) and the control registers (``registers``):
+    the clock-by-clock bench, for cocotbext-eth's MAC models and the interactive closed loop."""
+
+    STREAM_PORTS = ("s_axis__0", "m_axis__0")
+
+    def __init__(self, dut, params):
+        super().__init__(dut, params)
+        self.ports = params.get("ports", 1)
+        self.sources, self.sinks = [self.source], [self.sink]
+        for p in range(1, self.ports):
+            source, sink = self.stream_port(f"s_axis__{p}", f"m_axis__{p}", stream=p)
+            self.sources.append(source)
+            self.sinks.append(sink)
+        self.registers = Registers(dut)
+
+    async def configure(self, config, workers):
+        await self.registers.configure(config, workers, self.params["forwarding_entries"])
+
+    async def read(self, address):
+        return await self.registers.read(address)
+
     async def receive_ports(self, counts, timeout_cycles):
         """``counts[p]`` frames (bytes) from each port's sink; fails if they take over ``timeout_cycles``
         in all."""
         deadline = get_sim_time("ns") + timeout_cycles * CLOCK_NS
         got = []
-        for sink, count in zip(self.sinks, counts):
+        for sink, count in zip(self.sinks, counts, strict=True):
             left = max(1, round((deadline - get_sim_time("ns")) / CLOCK_NS))
             got.append([frame_bytes(frame) for frame in await self.receive(count, left, sink)])
         return got
@@ -145,7 +165,7 @@ class TB(StreamTB):
         sent, sent_task = self._frame_ends("m_axis")
         taken, taken_task = self._frame_ends("s_axis")
         one_by_one = len({port for port, _ in inputs}) > 1
-        for index, ((port, frame), needed) in enumerate(zip(inputs, after)):
+        for index, ((port, frame), needed) in enumerate(zip(inputs, after, strict=True)):
             while sent[0] < needed or (one_by_one and taken[0] < index):
                 await RisingEdge(self.dut.clk)
             await self.sources[port].send(frame)
@@ -172,18 +192,84 @@ def frame_bytes(frame):
 
 def check_frames(got, expected):
     """Every frame out equals the model's; else the count of differences and the first one."""
-    mismatches = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
+    mismatches = [i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b]
     if mismatches:
         first = mismatches[0]
         raise AssertionError(f"{len(mismatches)} of {len(expected)} frames differ; first: output {first}\n"
                              f"  rtl:   {got[first].hex()}\n  model: {expected[first].hex()}")
 
 
+class Replay:
+    """A recorded scenario played into the switch in bulk through tb/harness.py (the simulator runs free
+    between exchanges): each frame on its port once the switch has sent the frames it waited for in the
+    recording (``after``), and, when frames arrive on several ports, once the frame before it is in, so
+    that the switch takes them in the model's order."""
+
+    def __init__(self, dut, params, scenario):
+        self.dut, self.params, self.scenario = dut, params, scenario
+        dut.bypass.value = 0
+        self.registers = Registers(dut)
+        self.bench = HarnessDriver(dut, params["harness"], clock_ns=CLOCK_NS)
+        self.ports = params.get("ports", 1)
+        self.expected = [[frame for produced in scenario["outputs"] for port, frame in produced if port == p]
+                         for p in range(self.ports)]
+
+    async def start(self):
+        params = self.params
+        await self.bench.start(idle=params.get("idle", 0.0), backpressure=params.get("backpressure", 0.0),
+                               seed=params.get("seed", 0))
+        await self.registers.configure(self.scenario["config"], params["workers"], params["forwarding_entries"])
+        await FallingEdge(self.dut.clk)
+
+    async def play(self):
+        """Play every frame in and take every expected frame out; the frames out, a list per port."""
+        inputs = self.scenario["inputs"]
+        one_by_one = len({port for port, _ in inputs}) > 1
+        for index, ((port, frame), needed) in enumerate(zip(inputs, self.scenario["after"], strict=True)):
+            self.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
+        recorders = self.bench.recorders
+        cycles = 2000 + 4 * sum(len(f) for _, f in inputs) + 4 * sum(map(len, sum(self.expected, [])))
+        expected = self.expected
+        await self.bench.run(lambda: all(len(r.frames) >= len(e) for r, e in zip(recorders, expected, strict=True)),
+                             timeout_clocks=cycles)
+        return [[frame.data for frame in recorder.frames] for recorder in recorders]
+
+
 @cocotb.test()
 async def scenario_against_model(dut):
+    """Every frame out of every port equal to the model's, none more, no frame out pausing in the
+    middle, and every counter equal to the model's. With ``mac``, cocotbext-eth's MAC models clock by
+    clock (``TB``); otherwise the harness in bulk (``Replay``)."""
     params = cocotb_params()
     with open(params["scenario"], "rb") as file:
         scenario = pickle.load(file)
+    if params.get("mac"):
+        await scenario_through_macs(dut, params, scenario)
+        return
+    replay = Replay(dut, params, scenario)
+    await replay.start()
+    got = await replay.play()
+    await replay.bench.settle(200)                  # nothing more may come out
+    for p, recorder in enumerate(replay.bench.recorders):
+        check_frames(got[p], replay.expected[p])
+        assert len(recorder.frames) == len(replay.expected[p]), \
+            f"port {p}: {len(recorder.frames) - len(replay.expected[p])} frames more than the model sent"
+        assert recorder.pauses == 0, f"port {p}: frames out paused for {recorder.pauses} clocks in the middle"
+    await check_counters(replay.registers, scenario)
+    dut._log.info("%d frames in, %s out (by port), all equal to the model's; counters equal",
+                  len(scenario["inputs"]), [len(g) for g in got])
+
+
+async def check_counters(registers, scenario):
+    counts = await registers.counters()
+    differ = {name: (counts[name], scenario["counters"][name]) for name in COUNTERS
+              if counts[name] != scenario["counters"][name]}
+    assert not differ, f"counters (rtl, model): {differ}"
+
+
+async def scenario_through_macs(dut, params, scenario):
+    """The scenario through cocotbext-eth's MAC models, paced at the line rate: a MAC's receive side
+    cannot wait, so the switch may never refuse a beat; its transmit side cannot pause inside a frame."""
     tb = TB(dut, params)
     await tb.reset()
     await tb.configure(scenario["config"], params["workers"])   # the build's N
@@ -191,17 +277,13 @@ async def scenario_against_model(dut):
     paused, _ = tb._pauses_in_frames("m_axis")
     got = await tb.replay_and_check(scenario)
     tb.log.info("input refused in %d clocks, output paused inside a frame in %d", refused[0], paused[0])
-    assert paused[0] == 0, f"frames out paused for {paused[0]} clocks in the middle"   # a MAC could not
-    if params.get("mac"):       # a MAC's receive side cannot wait
-        assert refused[0] == 0, f"the switch held back the MAC's frames for {refused[0]} clocks"
+    assert paused[0] == 0, f"frames out paused for {paused[0]} clocks in the middle"
+    assert refused[0] == 0, f"the switch held back the MAC's frames for {refused[0]} clocks"
     for _ in range(200):                    # nothing more may come out
         await RisingEdge(dut.clk)
     for p, sink in enumerate(tb.sinks):
         assert sink.empty(), f"port {p}: {sink.count()} frames more than the model sent"
-    counts = {name: await tb.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)}
-    differ = {name: (counts[name], scenario["counters"][name]) for name in COUNTERS
-              if counts[name] != scenario["counters"][name]}
-    assert not differ, f"counters (rtl, model): {differ}"
+    await check_counters(tb.registers, scenario)
     tb.log.info("%d frames in, %s out (by port), all equal to the model's; counters equal",
                 len(scenario["inputs"]), [len(g) for g in got])
 
@@ -209,67 +291,52 @@ async def scenario_against_model(dut):
 @cocotb.test()
 async def measure(dut):
     """Not a check but a measurement (benchmarks/bench_switch.py): the scenario's frames as fast as the
-    switch takes them and their causality allows (``TB.replay``), the sink always ready; writes
-    throughput and latency figures as JSON to ``out``. The input rate is measured over the frames that
-    were offered back to back (sent before any frame came out of the switch), the output rate over every
-    frame out; ``input_refused_clocks`` counts the clocks in which the switch held a beat of those
-    frames back (``..._after``: of the later ones, ACKs queued behind the results)."""
+    switch takes them and their causality allows (``Replay``), the sink always ready; writes throughput
+    and latency figures as JSON to ``out``. The input rate is measured over the frames that were offered
+    back to back (sent before any frame came out of the switch), the output rate over every frame out;
+    ``input_refused_clocks`` counts the clocks in which the switch held a beat of those frames back
+    (``..._after``: of the later ones, ACKs queued behind the results). ``simulated_clocks`` and
+    ``wall_seconds`` are of the replay alone."""
     import json
     import time
 
     params = cocotb_params()
     with open(params["scenario"], "rb") as file:
         scenario = pickle.load(file)
-    tb = TB(dut, params)
-    await tb.reset()
-    await tb.configure(scenario["config"], params["workers"])
-    frames = [frame for _, frame in scenario["inputs"]]
-    cycle = 0
-    ins, outs, in_last, out_first = [], [], [], []
-    starting = True
-    refused = []
-
-    async def observe():
-        nonlocal cycle, starting
-        while True:
-            await RisingEdge(dut.clk)
-            cycle += 1
-            if dut.s_axis__0__tvalid.value == 1 and dut.s_axis__0__tready.value == 0:
-                refused.append(cycle)
-            if dut.s_axis__0__tvalid.value == 1 and dut.s_axis__0__tready.value == 1:
-                ins.append(cycle)
-                if dut.s_axis__0__tlast.value == 1:
-                    in_last.append(cycle)
-            if dut.m_axis__0__tvalid.value == 1 and dut.m_axis__0__tready.value == 1:
-                if starting:
-                    out_first.append(cycle)
-                outs.append(cycle)
-                starting = dut.m_axis__0__tlast.value == 1
-    cocotb.start_soon(observe())
-    wall = time.perf_counter()
-    await tb.replay_and_check(scenario)
-    wall = time.perf_counter() - wall
+    replay = Replay(dut, params, scenario)
+    await replay.start()
+    start, wall = replay.bench.cycle, time.perf_counter()
+    got = await replay.play()
+    wall, clocks = time.perf_counter() - wall, replay.bench.cycle - start
+    for p in range(replay.ports):
+        check_frames(got[p], replay.expected[p])
+    stamps = sorted((s for player in replay.bench.players for s in player.stamps), key=lambda s: s["last"])
+    outs = sorted((f for recorder in replay.bench.recorders for f in recorder.frames), key=lambda f: f.first)
+    output_beats = sum(-(-max(len(f.data), 1) // (params["width"] // 8)) for f in outs)
     # latency: from the last beat of each frame that completed a slot to the first beat of its first result
     latencies, position = [], 0
     for index, produced in enumerate(scenario["outputs"]):
         if scenario["results"][index]:
-            latencies.append(out_first[position] - in_last[index])
+            latencies.append(outs[position].first - stamps[index]["last"])
         position += len(produced)
     latencies.sort()
+    frames = [frame for _, frame in scenario["inputs"]]
     offered = next((i for i, needed in enumerate(scenario["after"]) if needed), len(frames))
     offered_beats = sum(-(-len(frame) // (params["width"] // 8)) for frame in frames[:offered])
     result = {
-        "frames_in": len(frames), "frames_out": len(out_first),
-        "input_beats": len(ins), "output_beats": len(outs),
+        "frames_in": len(frames), "frames_out": len(outs),
+        "input_beats": sum(-(-len(frame) // (params["width"] // 8)) for frame in frames),
+        "output_beats": output_beats,
         "offered_frames": offered,
-        "input_beats_per_clock": round(offered_beats / (in_last[offered - 1] - ins[0] + 1), 4),
-        "input_refused_clocks": sum(1 for c in refused if c <= in_last[offered - 1]),
-        "input_refused_clocks_after": sum(1 for c in refused if c > in_last[offered - 1]),
-        "output_beats_per_clock": round(len(outs) / (outs[-1] - outs[0] + 1), 4),
+        "input_beats_per_clock": round(offered_beats / (stamps[offered - 1]["last"] - stamps[0]["first"] + 1), 4),
+        "input_refused_clocks": sum(s["refused"] for s in stamps[:offered]),
+        "input_refused_clocks_after": sum(s["refused"] for s in stamps[offered:]),
+        "output_beats_per_clock": round(output_beats / (outs[-1].last - outs[0].first + 1), 4),
         "result_latency_clocks": {"min": latencies[0], "median": latencies[len(latencies) // 2],
                                   "max": latencies[-1]} if latencies else None,
-        "simulated_clocks": cycle, "wall_seconds": round(wall, 2),
-        "frames_per_second": round((len(frames) + len(out_first)) / wall),
+        "simulated_clocks": clocks, "wall_seconds": round(wall, 2),
+        "clocks_per_second": round(clocks / wall),
+        "frames_per_second": round((len(frames) + len(outs)) / wall),
     }
     with open(params["out"], "w") as out:
         json.dump(result, out)
@@ -361,3 +428,36 @@ async def closed_loop(dut):
         with open(params["dump"], "wb") as file:
             pickle.dump({(w.job.job, w.index): (inputs[w.job.job][w.index], w.result) for w in network.workers},
                         file)
+
+
+@cocotb.test()
+async def simulation_speed(dut):
+    """Not a check but a measurement (benchmarks/bench_sim.py): the scenario replayed and checked frame
+    for frame, in bulk through the harness (``mode`` "bulk") or clock by clock through cocotbext-axi
+    (``mode`` "clock", with the same idle and backpressure probabilities); writes the simulated clocks
+    and the wall time of the replay as JSON to ``out``."""
+    import json
+    import time
+
+    params = cocotb_params()
+    with open(params["scenario"], "rb") as file:
+        scenario = pickle.load(file)
+    if params["mode"] == "bulk":
+        replay = Replay(dut, params, scenario)
+        await replay.start()
+        start, wall = replay.bench.cycle, time.perf_counter()
+        got = await replay.play()
+        wall, clocks = time.perf_counter() - wall, replay.bench.cycle - start
+    else:
+        tb = TB(dut, params)
+        await tb.reset()
+        await tb.configure(scenario["config"], params["workers"])
+        start, wall = get_sim_time("ns"), time.perf_counter()
+        got = await tb.replay_and_check(scenario)
+        wall, clocks = time.perf_counter() - wall, round((get_sim_time("ns") - start) / CLOCK_NS)
+    for p, expected in enumerate([[frame for produced in scenario["outputs"] for port, frame in produced
+                                   if port == q] for q in range(params.get("ports", 1))]):
+        check_frames(got[p], expected)
+    frames = len(scenario["inputs"]) + sum(map(len, got))
+    with open(params["out"], "w") as out:
+        json.dump({"clocks": clocks, "frames": frames, "wall_seconds": wall}, out)

@@ -92,6 +92,7 @@ def test_parse_pcap_rtl_matches_model(width):
 
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog (iverilog) is not installed")
+@pytest.mark.slow
 def test_parse_pcap_rtl_on_icarus_matches_model():
     """The same on Icarus Verilog, at 64 bits."""
     for path in [capture_files(bad=False)[-1], capture_files(bad=True)[0]]:

@@ -5,8 +5,9 @@ import pytest
 from netreduce.sim.runner import available_simulators, default_simulator, run_cocotb
 from netreduce.tb.fp_tb import AxisAdder, AxisTree
 
-pytestmark = pytest.mark.skipif(default_simulator() not in available_simulators(),
-                                reason=f"simulator {default_simulator()} is not installed")
+pytestmark = [pytest.mark.skipif(default_simulator() not in available_simulators(),
+                                 reason=f"simulator {default_simulator()} is not installed"),
+              pytest.mark.slow(minutes=2)]
 
 
 @pytest.mark.parametrize("fmt, stages, spanning, random", [

@@ -38,6 +38,7 @@ needs_verilator = pytest.mark.skipif("verilator" not in available_simulators(),
 
 
 @needs_verilator
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("fmt, ftz, stages", [("fp16", False, 4), ("bf16", True, 2)])
 def test_all_spanning_pairs(fmt, ftz, stages, tmp_path, capsys):
     """Every ordered pair of 300 exponent-spanning operands, checked against the golden model."""
@@ -61,6 +62,7 @@ def test_all_spanning_pairs(fmt, ftz, stages, tmp_path, capsys):
 
 
 @needs_verilator
+@pytest.mark.slow(minutes=1)
 def test_mismatch_and_nan_equality(tmp_path, capsys):
     """Any NaN matches any NaN; a wrong expectation is counted and the status is 1. No clock: K=0."""
     lines = [
@@ -80,6 +82,7 @@ def test_mismatch_and_nan_equality(tmp_path, capsys):
 
 
 @needs_verilator
+@pytest.mark.slow(minutes=1)
 def test_without_check_prints_results_only(tmp_path, capsys):
     path = tmp_path / "v.txt"
     path.write_text("3f800000 bf800000\n7f7fffff 7f7fffff\n")
@@ -96,6 +99,7 @@ def test_bad_stage_count(tmp_path, capsys):
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+@pytest.mark.slow(minutes=1)
 def test_icarus(tmp_path, capsys):
     a, b = fp.random_pairs("fp16", 2000, seed=9)
     ref = fp.add("fp16", a, b, True)

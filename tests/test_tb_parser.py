@@ -1,7 +1,7 @@
 """Launch the cocotb testbenches of tb/parser_tb.py on the generated Verilog.
 
-Every frame of the captures in tests/data/captures, hypothesis-generated RoCE frames of every opcode and of payload sizes
-0 to 4096, and malformed frames, through ``ParserTop`` and ``RocePipelineTop`` at 64 and 512 bits, with
+Every frame of the captures in tests/data/captures, hypothesis-generated RoCE frames of every opcode and of
+payload sizes 0 to 4096, and malformed frames, through ``ParserTop`` and ``RocePipelineTop`` at 64 and 512 bits, with
 random idle cycles and backpressure, on Verilator; the captures also on Icarus when ``iverilog`` is on
 ``PATH``.
 """
@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netreduce.host import strategies as roce_st
 from netreduce.host.pcap import read_pcap, write_pcap
-from netreduce.hw.top import ParserTop, RocePipelineTop
-from netreduce.sim.runner import available_simulators, run_cocotb
+from netreduce.sim.runner import available_simulators
+from netreduce.tb.harness import run_roce_top
 
 from references import capture_files
 
-TOPS = {"parser": ParserTop, "pipeline": RocePipelineTop}
+TOPS = ("parser", "pipeline")
 SIMULATORS = available_simulators()
 WIDTHS = [64, 512]
 ICARUS = pytest.mark.skipif("icarus" not in SIMULATORS, reason="Icarus Verilog (iverilog) is not installed")
@@ -28,9 +28,7 @@ def run_frames(tmp_path, frames, *, top, width, simulator="verilator", testcase=
     frames = [frame for frame in frames if frame]
     path = tmp_path / "frames.pcap"
     write_pcap(path, frames)
-    return run_cocotb(TOPS[top](width), name=f"{top}_top", test_module="netreduce.tb.parser_tb",
-                      build_params={"top": top, "width": width}, simulator=simulator, testcase=testcase,
-                      params={"frames": str(path), **knobs})
+    return run_roce_top(top, width, simulator=simulator, testcase=testcase, params={"frames": str(path), **knobs})
 
 
 def all_capture_frames():
@@ -75,6 +73,7 @@ def test_hypothesis_frames(tmp_path, top, width, frames):
     run_frames(tmp_path, frames, top=top, width=width, idle=0.1, backpressure=0.2, seed=len(frames))
 
 
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", TOPS)
 @settings(max_examples=2, deadline=None, database=None,

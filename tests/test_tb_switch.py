@@ -2,60 +2,34 @@
 both sides of the switch), replayed into the generated Verilog of NetReduceSwitch, and compared frame for
 frame, byte for byte and counter for counter.
 
-Four builds keep the suite short: binary32 at 64 bits (8 workers, 2 jobs, 2 ports) and at 512 bits
-(4 workers, 2 jobs, 1 port), and bfloat16 and binary16 at 64 bits (1 port); every build has room for a
-4096-byte MTU, and each job's MTU is a control register. The 2-port build also runs the one-port
-scenarios (everything on port 0), and the closed loop on two ports, where both ports carry traffic at
-once.
+Four builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
+the one-port scenarios (everything on port 0), and the closed loop on two ports, where both ports carry
+traffic at once.
 """
 
 import json
-import pickle
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow(minutes=3)
-
 from netreduce.host.faults import FaultSpec
-from netreduce.host.network import ModelEngine, build_allreduce, record_frames
+from netreduce.host.network import build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
-from netreduce.hw.switch import NetReduceSwitch
 from netreduce.sim.fp import tree_sum
-from netreduce.sim.runner import run_cocotb
+from netreduce.tb import scenarios
+from netreduce.tb.scenarios import record
 from netreduce.wire import RC_WRITE_OPCODES
 
+pytestmark = pytest.mark.slow(minutes=3)
+
 FAULTS = FaultSpec(loss=0.03, duplicate=0.03, reorder=0.03, corrupt=0.03)
-BUILDS = {
-    "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32", ports=2),
-    "fp32x512": dict(width=512, workers=4, jobs=2, dtype="fp32"),
-    "bf16x64": dict(width=64, workers=4, jobs=1, dtype="bf16"),
-    "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16"),
-}
-
-
-def record(setup=None, **kwargs):
-    """Run an all-reduce on the golden model and keep what reached the switch and what it sent."""
-    network, _, _ = build_allreduce(engine=lambda config: ModelEngine(config, record=True), message_packets=4,
-                                    message_slots=4, **kwargs)
-    if setup is not None:
-        setup(network)
-    status = network.run(time_limit_ns=10**10)
-    return {"status": status, **network.engine.recording()}
 
 
 def replay(tmp_path, scenario, build, *, idle=0.0, backpressure=0.0, seed=0, mac=False):
-    switch = NetReduceSwitch(**BUILDS[build], mtu=4096, message_packets=4, message_slots=4,
-                             max_frame=scenario["config"].max_frame)
-    path = tmp_path / "scenario.pickle"
-    path.write_bytes(pickle.dumps(scenario))
-    run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
-               build_params=switch.parameters, testcase="scenario_against_model",
-               params={"scenario": str(path), "idle": idle, "backpressure": backpressure, "seed": seed,
-                       "mac": mac})
+    scenarios.replay(tmp_path, scenario, build, idle=idle, backpressure=backpressure, seed=seed, mac=mac)
 
 
 def greedy_and_spoofed(network):
@@ -199,8 +173,8 @@ def test_simulate_closed_loop_on_the_rtl(tmp_path):
     send at once, so the port arbiter takes frames from both."""
     dump = tmp_path / "out.npz"
     result = subprocess.run([sys.executable, "-m", "netreduce", "simulate", "--engine", "rtl", "--workers", "8",
-                             "--jobs", "2", "--ports", "2", "--mtu", "4096", "--bytes", "6000", "--loss", "0.03", "--dup", "0.03",
-                             "--reorder", "0.03", "--seed", "7", "--dump", str(dump)],
+                             "--jobs", "2", "--ports", "2", "--mtu", "4096", "--bytes", "6000", "--loss", "0.03",
+                             "--dup", "0.03", "--reorder", "0.03", "--seed", "7", "--dump", str(dump)],
                             capture_output=True, text=True, timeout=3000)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)

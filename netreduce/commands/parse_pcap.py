@@ -38,16 +38,15 @@ def rtl_records(frames, width, simulator):
     """``(header dict, verdict dict)`` of each frame from the generated Verilog of the parser."""
     from ..host.pcap import write_pcap
     from ..hw.stream import ParsedHeader
-    from ..hw.top import ParserTop
-    from ..sim.runner import SimulationError, run_cocotb
+    from ..sim.runner import SimulationError
+    from ..tb.harness import run_roce_top
     from ..wire import PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
     with tempfile.TemporaryDirectory(prefix="netreduce-parse-") as scratch:
         pcap, out = Path(scratch) / "in.pcap", Path(scratch) / "records.jsonl"
         write_pcap(pcap, frames)
         try:
-            run_cocotb(ParserTop(width), name="parser_top", test_module="netreduce.tb.parser_tb",
-                       build_params={"top": "parser", "width": width}, simulator=simulator,
+            run_roce_top("parser", width, simulator=simulator,
                        testcase="dump_records", params={"frames": str(pcap), "out": str(out)}, quiet=True)
         except SimulationError as error:
             raise UserError(str(error)) from None

@@ -119,7 +119,7 @@ def run(args):
         if not Path(args.input).is_file():
             raise UserError(f"no such file: {args.input}")
         data = load_inputs(args.input, args.workers, args.dtype)
-        inputs = {job: data for job in range(args.jobs)}
+        inputs = dict.fromkeys(range(args.jobs), data)
         nbytes = data.shape[1] * element
     else:
         if args.bytes % element:
@@ -185,7 +185,8 @@ def _run_rtl(args, nbytes, inputs):
     import tempfile
 
     from ..hw.switch import NetReduceSwitch
-    from ..sim.runner import SimulationError, run_cocotb
+    from ..sim.runner import SimulationError
+    from ..tb.harness import run_switch
     try:
         switch = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
                                  mtu=args.mtu, message_packets=args.message_packets,
@@ -206,8 +207,7 @@ def _run_rtl(args, nbytes, inputs):
             (scratch / "inputs.pickle").write_bytes(pickle.dumps(inputs))
             params["inputs"] = str(scratch / "inputs.pickle")
         try:
-            run_cocotb(switch, name="netreduce_switch", test_module="netreduce.tb.switch_tb",
-                       build_params=switch.parameters, testcase="closed_loop", params=params, quiet=True)
+            run_switch(switch, testcase="closed_loop", params=params, quiet=True)
         except SimulationError as error:
             raise UserError(f"the RTL simulation failed: {error}") from None
         summary = json.loads((scratch / "summary.json").read_text())
