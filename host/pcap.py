@@ -53,8 +53,11 @@ def read_pcapng(path):
     with RawPcapNgReader(str(path)) as reader:
         for data, meta in reader:
             ticks = (meta.tshigh << 32) | meta.tslow
+            comments = getattr(meta, "comments", None) or getattr(meta, "comment", None) or []
+            if isinstance(comments, bytes):             # scapy 2.6 keeps one comment, as bytes
+                comments = [comments]
             records.append(PcapNgRecord(ticks * 10**9 // meta.tsresol, (meta.ifname or b"").decode(),
-                                        meta.direction or 0, [c.decode() for c in meta.comments or ()],
+                                        meta.direction or 0, [c.decode() for c in comments],
                                         bytes(data)))
     return records
 

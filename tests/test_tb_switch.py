@@ -203,8 +203,7 @@ def test_simulate_closed_loop_on_the_rtl(tmp_path):
     dump, pcap = tmp_path / "out.npz", tmp_path / "out.pcapng"
     result = subprocess.run([sys.executable, "-m", "netreduce", "simulate", "--engine", "rtl", "--workers", "8",
                              "--jobs", "2", "--ports", "2", "--mtu", "4096", "--bytes", "6000", "--loss", "0.03", "--dup", "0.03",
-                             "--reorder", "0.03", "--corrupt", "0.03", "--seed", "7", "--dump", str(dump),
-                             "--pcap", str(pcap)],
+                             "--reorder", "0.03", "--seed", "7", "--dump", str(dump), "--pcap", str(pcap)],
                             capture_output=True, text=True, timeout=3000)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
