@@ -59,11 +59,13 @@ class FaultInjector:
         self.random = random.Random(f"{seed}:{name}")
         self.counts = Counter()
         self.index = 0
+        self.last = None        # the fault done to the last frame, or None
 
     def apply(self, frame):
         """``[(extra delay in ns, frame), ...]``: what continues, and how much later than planned."""
         spec, index = self.spec, self.index
         self.index += 1
+        self.last = None
         if not spec.active:
             return [(0, frame)]
         fault = spec.exact.get(index)
@@ -85,8 +87,10 @@ class FaultInjector:
             if damaged is None:
                 return [(0, frame)]
             self.counts["corrupt"] += 1
+            self.last = "corrupt"
             return [(0, damaged)]
         self.counts[fault] += 1
+        self.last = fault
         if fault == "loss":
             return []
         if fault == "duplicate":

@@ -15,14 +15,27 @@ frame back until the switch under test has sent that many frames keeps the traff
 Time is in integer nanoseconds. :func:`build_allreduce` sets up jobs, connections and workers from a few
 numbers; :meth:`Network.run` runs until every worker holds its result, a queue pair fails, or the time
 limit passes, and :meth:`Network.summary` reports what happened.
+
+With ``pcap``, the network writes every frame on every host's link, in both directions, to a pcapng file
+(:class:`~netreduce.host.pcap.PcapNgWriter`; :meth:`Network.close` ends it). Each link has two
+interfaces, one per end: ``host3 (link to switch port 0)`` and ``switch port 0 (link to host3)``. A frame
+is recorded at its sender's end (outbound) as sent, at the time the sender hands it over (it may then
+wait for the port's shared link), and at its receiver's end (inbound) as received, at the time it has
+arrived whole. The fault injector sits between the two ends, so a lost frame is seen only at the
+sender's end, a duplicated one twice at the receiver's, and a corrupted one valid at the sender's end and
+with its bit flipped at the receiver's; the copies a fault made carry a comment saying which injector
+did what. Frames still on a link when the run stops are seen at the sender's end only, and frames the
+switch sends to no host of their port (``unroutable``) on no link.
 """
 
 import heapq
 import itertools
 from collections import Counter
+
 import numpy as np
 
 from netreduce.host.faults import FaultInjector, FaultSpec
+from netreduce.host.pcap import INBOUND, OUTBOUND, PcapNgWriter
 from netreduce.host.protocol import parse_control_payload
 from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder
 from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dtype
@@ -144,17 +157,23 @@ class _Host:
 
     def send(self, frame, now):
         """Out of the host: the faults of its side, then the switch port's shared ingress link."""
+        self.network.capture(self, False, OUTBOUND, frame)
         ingress = self.network.ingress[self.port]
         for extra, copy in self.faults_up.apply(frame):
-            self.network.at(now + extra, ingress.send, copy, self.network.into_switch, self.port,
-                            self.network.switch_outputs)
+            self.network.at(now + extra, ingress.send, copy, self._reach_switch, self.network.switch_outputs,
+                            _fault_note(self.faults_up, extra))
+
+    def _reach_switch(self, after, note, frame):
+        self.network.capture(self, True, INBOUND, frame, note)
+        self.network.into_switch(self.port, after, frame)
 
     def from_switch(self, frame):
         """Off the port's egress link: the faults of the host's side, then the host."""
         for extra, copy in self.faults_down.apply(frame):
-            self.network.at(self.network.now + extra, self._arrive, copy)
+            self.network.at(self.network.now + extra, self._arrive, _fault_note(self.faults_down, extra), copy)
 
-    def _arrive(self, frame):
+    def _arrive(self, note, frame):
+        self.network.capture(self, False, INBOUND, frame, note)
         self.receive(frame, self.network.now)
 
     def service(self, now):
@@ -180,9 +199,22 @@ class _Host:
         self.service(self.network.now)
 
 
+def _fault_note(injector, extra):
+    """The capture's comment on a copy that ``injector`` just let through ``extra`` ns late: what its
+    fault did to it, or None for a copy as sent."""
+    fault = injector.last
+    if fault == "corrupt":
+        return f"fault injector {injector.name}: one bit flipped, ICRC invalid"
+    if fault == "duplicate" and extra:
+        return f"fault injector {injector.name}: duplicate"
+    if fault == "reorder":
+        return f"fault injector {injector.name}: held back {extra} ns (reordered)"
+    return None
+
+
 class Network:
     def __init__(self, engine, switch_config, hosts, *, gbps=10, delay_ns=500, faults_up=None,
-                 faults_down=None, seed=0, beat_bytes=8):
+                 faults_down=None, seed=0, beat_bytes=8, pcap=None):
         self.engine, self.switch_config = engine, switch_config
         self.control_port = switch_config.control_port
         self.now = 0
@@ -191,14 +223,28 @@ class Network:
                       for i, address in enumerate(hosts)]
         self.ingress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
         self.egress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
-        self._host_by_mac = {address.mac: host for address, host in zip(hosts, self.hosts)}
+        self._host_by_mac = {address.mac: host for address, host in zip(hosts, self.hosts, strict=True)}
         self.unroutable = 0
         self.switch_outputs = 0         # frames that have come off the egress links (or were unroutable)
         self.workers = []
+        self.pcap = None if pcap is None else PcapNgWriter(pcap, [
+            name for host in self.hosts for name in (f"host{host.index} (link to switch port {host.port})",
+                                                     f"switch port {host.port} (link to host{host.index})")])
         engine.network = self
 
     def at(self, time, action, *args):
         heapq.heappush(self._events, (time, next(self._order), action, args))
+
+    def capture(self, host, at_switch, direction, frame, note=None):
+        """Record ``frame`` in the pcap, if any, at the switch's or ``host``'s end of the host's link, now."""
+        if self.pcap is not None:
+            self.pcap.write(2 * host.index + at_switch, frame, self.now, direction, note)
+
+    def close(self):
+        """End the pcap file, if any: nothing is captured after this."""
+        if self.pcap is not None:
+            self.pcap.close()
+            self.pcap = None
 
     def into_switch(self, port, after, frame):
         self.engine.inject(port, frame, self.now, after)
@@ -211,6 +257,7 @@ class Network:
             self.unroutable += 1
             self.switch_outputs += 1
             return
+        self.capture(host, True, OUTBOUND, frame)
         self.egress[port].send(frame, self._delivered, host)
 
     def _delivered(self, host, frame):
@@ -277,10 +324,10 @@ class Network:
         return {
             "status": self.status,
             "time_ns": self.now,
-            "host_to_switch": {"packets": sum(l.frames for l in up), "bytes": sum(l.bytes for l in up),
-                               "beats": sum(l.beats for l in up)},
-            "switch_to_host": {"packets": sum(l.frames for l in down), "bytes": sum(l.bytes for l in down),
-                               "beats": sum(l.beats for l in down)},
+            "host_to_switch": {"packets": sum(link.frames for link in up), "bytes": sum(link.bytes for link in up),
+                               "beats": sum(link.beats for link in up)},
+            "switch_to_host": {"packets": sum(link.frames for link in down), "bytes": sum(link.bytes for link in down),
+                               "beats": sum(link.beats for link in down)},
             "retransmissions": retransmissions,
             "credit_requests": sum(w.credit_requests for w in self.workers),
             "drops": {**{k: v for k, v in counters.items() if k.startswith("drop_")}, **dict(faults),
@@ -302,11 +349,11 @@ def expected_sum(job, inputs):
 def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, ports=1, message_packets=4,
                     message_slots=4, seed=0, inputs=None, faults_up=None, faults_down=None, engine=None,
                     width=64, delay_ns=500, timeout_ns=1_000_000, retry_limit=7, max_outstanding=64,
-                    credit_timeout_ns=1_000_000, start_psn=None):
+                    credit_timeout_ns=1_000_000, start_psn=None, pcap=None):
     """Jobs of ``workers`` workers each all-reducing ``nbytes`` bytes, around a switch engine (the golden
     model unless ``engine`` is a factory taking the :class:`SwitchConfig`). ``inputs``: ``{job: array
-    (workers, elements)}`` of bit patterns, else random gradients from ``seed``. Returns
-    ``(network, jobs, inputs)``."""
+    (workers, elements)}`` of bit patterns, else random gradients from ``seed``. ``pcap``: a file to
+    capture every frame in (module documentation). Returns ``(network, jobs, inputs)``."""
     rng = np.random.default_rng(seed)
     fmt = get_format(dtype)
     hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
@@ -328,7 +375,7 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     engine = (engine or ModelEngine)(config)
     network = Network(engine, config, hosts, gbps=LINK_GBPS[width], delay_ns=delay_ns,
                       faults_up=faults_up or FaultSpec(), faults_down=faults_down or FaultSpec(), seed=seed,
-                      beat_bytes=width // 8)
+                      beat_bytes=width // 8, pcap=pcap)
     element = tensor_dtype(dtype)
     elements = nbytes // element.itemsize
     if inputs is None:

@@ -8,7 +8,8 @@ Each (top, parameter set, simulator) gets its own build folder under ``sim_build
 pytest workers never share one; the Verilog is generated again only when the Python it comes from changes,
 and rebuilt only when the Verilog or the build options change (docs/ARCHITECTURE.md, "Simulation runner
 and testbenches"). Set ``WAVES=1`` in the environment for an FST (Icarus) or VCD (Verilator) waveform in
-that folder.
+that folder; a build with waveforms is another build, in its own folder (``<parameters>-waves``), so that
+switching between the two rebuilds neither.
 
 The C++ that Verilator writes for the switch runs to tens of megabytes: g++ compiles the code evaluated
 every clock at ``NETREDUCE_VERILATOR_CXX_OPT`` (default ``-O1``) and the construction code at ``-O0``.
@@ -29,6 +30,8 @@ __all__ = ["SIMULATORS", "default_simulator", "available_simulators", "simulator
 SIMULATORS = ("verilator", "icarus")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUILD_ROOT = Path(os.environ.get("NETREDUCE_SIM_BUILD", REPO_ROOT / "sim_build"))
+# where each simulator leaves the waveform of a run, in the build folder ({name}: the top module)
+WAVES_FILE = {"verilator": "dump.vcd", "icarus": "{name}.fst"}
 
 
 # Generated Verilog packs structs into vectors, so Verilator sees bit-level "loops" (UNOPTFLAT) and
@@ -186,7 +189,9 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
     module as JSON in ``NETREDUCE_PARAMS`` (read them with :func:`cocotb_params`). Parallel workers lock
     the build folder while building. ``quiet`` sends the build and simulation output to log files in the
     build folder instead of standard output. Raises :class:`SimulationError` if any test fails; returns
-    the number of cocotb tests run.
+    the number of cocotb tests run. ``waves``: a waveform (``WAVES_FILE``) in the build folder when true
+    (default: the ``WAVES`` environment variable); a path: the waveform is moved there after the run,
+    failed or not (if the simulator wrote one).
     """
     import fcntl
     import uuid
@@ -195,8 +200,10 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
 
     build_params = dict(build_params or {})
     simulator = simulator or default_simulator()
-    waves = bool(int(os.environ.get("WAVES", "0"))) if waves is None else waves
-    build_dir = Path(build_root or DEFAULT_BUILD_ROOT) / name / simulator / _param_tag(build_params)
+    waves_to = None if waves is None or isinstance(waves, bool) else Path(waves)
+    waves = bool(int(os.environ.get("WAVES", "0"))) if waves is None else bool(waves)
+    build_dir = (Path(build_root or DEFAULT_BUILD_ROOT) / name / simulator
+                 / (_param_tag(build_params) + ("-waves" if waves else "")))
     build_dir.mkdir(parents=True, exist_ok=True)
     text = _cached_verilog(component, name, build_dir, build_params)
     stamp_text = (hashlib.sha256(text.encode()).hexdigest() + ("-waves" if waves else "")
@@ -235,6 +242,9 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    waveform = build_dir / WAVES_FILE[simulator].format(name=name)
+    if waves_to is not None and waveform.exists():
+        shutil.move(waveform, waves_to)
     total, failed = get_results(results)
     Path(results).unlink(missing_ok=True)
     if quiet and not (total == 0 or failed):

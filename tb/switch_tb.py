@@ -363,7 +363,8 @@ class RtlEngine:
 async def closed_loop(dut):
     """``netreduce simulate --engine rtl``: the emulated workers run an all-reduce through the RTL in
     simulated time (the network's nanoseconds are the simulator's). Writes the summary as JSON to
-    ``out`` and, with ``dump``, every worker's input and result to an ``.npz``."""
+    ``out``, with ``dump`` every worker's input and result to an ``.npz``, with ``pcap`` every frame on
+    every host link to a pcapng file."""
     import json
 
     import numpy as np
@@ -382,7 +383,8 @@ async def closed_loop(dut):
         workers=params["job_workers"], nbytes=params["bytes"], mtu=params["mtu"], dtype=params["dtype"],
         jobs=params["job_count"], message_packets=params["message_packets"],
         message_slots=params["message_slots"], seed=params.get("seed", 0), inputs=inputs, faults_up=spec,
-        faults_down=spec, width=params["width"], ports=params["ports"], engine=RtlEngine)
+        faults_down=spec, width=params["width"], ports=params["ports"], engine=RtlEngine,
+        pcap=params.get("pcap"))
     engine = network.engine
     tb = TB(dut, params)
     await tb.reset()
@@ -417,6 +419,7 @@ async def closed_loop(dut):
         await ClockCycles(dut.clk, 4)
     engine.counters.update({name: await tb.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)})
     summary = network.summary()
+    network.close()
     match = network.status == "done"
     for job in jobs:
         expected = expected_sum(job, inputs[job.job])

@@ -36,3 +36,78 @@ def extensions_of(opcode):
     from netreduce.wire import OPCODES
     info = OPCODES.get(opcode)
     return [name for name in EXTENSION_ORDER if info is not None and getattr(info, name)]
+
+
+# --- captures of `netreduce simulate --pcap` ---------------------------------------------------------
+
+def check_link_capture(path, summary):
+    """Assert what ``netreduce simulate --pcap`` promises of the capture at ``path``, against the run's
+    JSON ``summary`` (``netreduce.host.network``: each host link has a host end and a switch end; a frame
+    is recorded outbound at its sender's end as sent and inbound at its receiver's end as received, the
+    fault injector in between). Returns the counts per direction (``up``: host to switch, ``down``: switch
+    to host) of frames ``sent``, ``received`` and ``corrupted`` (received with the bit the injector
+    flipped), e.g. ``counts["received_up"]``."""
+    import re
+    from collections import Counter, defaultdict
+
+    from netreduce.host.icrc import icrc_ok
+    from netreduce.host.pcap import INBOUND, OUTBOUND, read_pcap_timed, read_pcapng
+    from netreduce.sim.roce_model import parse_frame
+
+    records = read_pcapng(path)
+    timed = read_pcap_timed(path)
+    assert [frame for _, frame in timed] == [r.frame for r in records]
+    assert all(round(stamp * 1e9) == r.time_ns for (stamp, _), r in zip(timed, records, strict=True))
+    times = defaultdict(list)
+    for r in records:
+        times[r.interface].append(r.time_ns)
+    assert all(t == sorted(t) for t in times.values()), "timestamps go back on an interface"
+    assert max(r.time_ns for r in records) <= summary["simulated_ns"]
+
+    sent, received = defaultdict(list), defaultdict(list)   # (direction, host) -> records
+    for r in records:
+        host = re.search(r"host\d+", r.interface).group()
+        at_switch = r.interface.startswith("switch port")
+        assert r.direction in (INBOUND, OUTBOUND), r
+        direction = "up" if at_switch == (r.direction == INBOUND) else "down"
+        (sent if r.direction == OUTBOUND else received)[direction, host].append(r)
+    counts = Counter()
+    for key, copies in received.items():
+        first_sent = {}
+        for r in sent[key]:
+            first_sent.setdefault(r.frame, r.time_ns)
+        for r in copies:
+            corrupted = any("bit flipped" in comment for comment in r.comments)
+            if corrupted:       # one bit off a frame sent on the same link and direction
+                assert any(len(s.frame) == len(r.frame) and bin(int.from_bytes(bytes(
+                    a ^ b for a, b in zip(s.frame, r.frame, strict=True)), "big")).count("1") == 1 for s in sent[key])
+                counts[f"corrupted_{key[0]}"] += 1
+            else:               # exactly a frame sent on that link and direction, earlier
+                assert r.time_ns > first_sent.get(r.frame, r.time_ns), f"{key}: received, never sent"
+            if parse_frame(r.frame).header["roce"]:
+                assert icrc_ok(r.frame) != corrupted, f"{key}: ICRC against the injector's comment"
+    for host in {host for _, host in sent}:     # one MAC each link: the source up, the destination down
+        up = [r.frame for r in sent["up", host] + received["up", host]]
+        down = [r.frame for r in sent["down", host] + received["down", host]]
+        assert len({f[6:12] for f in up} | {f[:6] for f in down}) == 1, f"{host}: frames of another host"
+    for key, copies in sent.items():
+        for r in copies:
+            assert r.comments == []
+            if parse_frame(r.frame).header["roce"]:
+                assert icrc_ok(r.frame), f"{key}: {r.interface} sent a frame with a bad ICRC"
+    for direction in ("up", "down"):
+        counts[f"sent_{direction}"] = sum(len(v) for (d, _), v in sent.items() if d == direction)
+        counts[f"received_{direction}"] = sum(len(v) for (d, _), v in received.items() if d == direction)
+
+    # the summary counts frames onto the links: up, after the hosts' fault injectors; down, as the switch
+    # sends them. Frames still on a link (or held back by an injector) when the run stops are not received.
+    drops = summary["drops"]
+    assert counts["sent_down"] == summary["switch_to_host"]["packets"]
+    assert (counts["received_up"] <= summary["host_to_switch"]["packets"]
+            <= counts["sent_up"] - drops.get("up_loss", 0) + drops.get("up_duplicate", 0))
+    assert (counts["received_down"]
+            <= counts["sent_down"] - drops.get("down_loss", 0) + drops.get("down_duplicate", 0))
+    assert counts["corrupted_up"] <= drops.get("up_corrupt", 0)
+    assert counts["corrupted_down"] <= drops.get("down_corrupt", 0)
+    assert counts["sent_up"] and counts["sent_down"] and counts["received_up"] and counts["received_down"]
+    return counts

@@ -1,13 +1,20 @@
-"""`netreduce simulate`: the JSON summary contract, --dump and --input, and one-line user errors."""
+"""`netreduce simulate`: the JSON summary contract, --dump and --input, --pcap (read back, and dissected
+by tshark where it is installed), and one-line user errors."""
 
 import json
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from netreduce.host.icrc import icrc_span
+from netreduce.host.pcap import read_pcapng
 from netreduce.sim.fp import tree_sum
+from netreduce.sim.roce_model import parse_frame
+
+from references import check_link_capture
 
 SUMMARY_KEYS = {"engine", "status", "match", "host_to_switch", "switch_to_host", "retransmissions", "drops",
                 "clocks", "throughput_beats_per_clock_per_port", "counters"}
@@ -60,6 +67,65 @@ def test_input_file_round_trip(tmp_path):
     assert got.dtype == np.float16 and got.tolist() == [1.5, 2.75, 0.0]
 
 
+@pytest.fixture(scope="module")
+def faulty_capture(tmp_path_factory):
+    """``(pcap path, summary)`` of an all-reduce with every kind of fault on both sides of the switch."""
+    pcap = tmp_path_factory.mktemp("pcap") / "out.pcapng"
+    result = netreduce("simulate", "--workers", "3", "--bytes", "6000", "--loss", "0.05", "--dup", "0.05",
+                       "--reorder", "0.05", "--corrupt", "0.05", "--pcap", str(pcap))
+    assert result.returncode == 0, result.stderr
+    return pcap, json.loads(result.stdout)
+
+
+def test_pcap_of_every_link(faulty_capture):
+    """Every frame a host or the switch sent is in the capture, as sent, with a valid ICRC; what arrived
+    is what was sent, but for the frames the fault injector corrupted, and those are the frames that
+    arrived with a bad ICRC (``check_link_capture``)."""
+    pcap, summary = faulty_capture
+    assert summary["match"] is True and summary["status"] == "done"
+    drops = summary["drops"]
+    assert all(drops[f"{side}_{kind}"] > 0 for side in ("up", "down") for kind in ("loss", "duplicate", "corrupt"))
+    counts = check_link_capture(pcap, summary)
+    assert counts["corrupted_up"] + counts["corrupted_down"] > 0
+    interfaces = {r.interface for r in read_pcapng(pcap)}
+    assert interfaces == {f"{end} ({link})" for h in range(3) for end, link in
+                          ((f"host{h}", "link to switch port 0"), ("switch port 0", f"link to host{h}"))}
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (apt-get install tshark)")
+def test_pcap_dissected_by_tshark(faulty_capture):
+    """Wireshark reads the capture as we wrote it and dissects every RoCE frame as InfiniBand (BTH opcode,
+    destination QP, PSN) with its ICRC where ours is. Wireshark 4.0 shows the ICRC
+    (``infiniband.invariant.crc``) but does not check it; ``test_pcap_of_every_link`` checks it."""
+    pcap, _ = faulty_capture
+    fields = ("frame.interface_name", "frame.packet_flags_direction", "frame.len", "udp.dstport",
+              "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.invariant.crc",
+              "_ws.malformed")
+    result = subprocess.run(["tshark", "-r", str(pcap), "-d", "udp.port==4791,infiniband", "-T", "fields",
+                             "-E", "occurrence=f", *(arg for field in fields for arg in ("-e", field))],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [dict(zip(fields, line.split("\t"), strict=True)) for line in result.stdout.splitlines()]
+    records = read_pcapng(pcap)
+    assert len(rows) == len(records)
+    roce = 0
+    for row, record in zip(rows, records, strict=True):
+        assert row["frame.interface_name"] == record.interface
+        assert int(row["frame.packet_flags_direction"], 16) == record.direction
+        assert int(row["frame.len"]) == len(record.frame) and not row["_ws.malformed"]
+        header = parse_frame(record.frame).header
+        if header["roce"]:
+            roce += 1
+            assert int(row["infiniband.bth.opcode"]) == header["bth_opcode"]
+            assert int(row["infiniband.bth.destqp"], 16) == header["bth_dest_qp"]
+            assert int(row["infiniband.bth.psn"]) == header["bth_psn"]
+            end = icrc_span(record.frame)[2]
+            assert int(row["infiniband.invariant.crc"], 16) == int.from_bytes(record.frame[end - 4:end], "big")
+        else:
+            assert row["udp.dstport"] != "4791" and not row["infiniband.bth.opcode"]
+    assert roce > 0.8 * len(records)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--workers", "2"], "--bytes"),
     (["--workers", "2", "--bytes", "6"], "whole number"),
@@ -68,6 +134,8 @@ def test_input_file_round_trip(tmp_path):
     (["--workers", "2", "--input", "missing.npz"], "no such file"),
     (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--ports", "5"], "ports must be"),
     (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--message-slots", "3"], "power of two"),
+    (["--workers", "2", "--bytes", "8", "--waves", "out.vcd"], "--engine rtl"),
+    (["--workers", "2", "--bytes", "8", "--pcap", "no/such/folder/out.pcapng"], "cannot write"),
 ])
 def test_user_errors_are_one_line(args, message):
     result = netreduce("simulate", *args)

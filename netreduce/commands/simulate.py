@@ -4,7 +4,8 @@ Every worker of every job sends B bytes of gradients (random from the seed, or `
 connections to its ring neighbour; the switch sums them; every worker receives the sum. Prints one JSON
 summary: packets and bytes per direction, retransmissions, drops by reason, clocks, throughput in beats
 per clock per port, and ``match`` (whether every worker's result equals the golden model's tree sum, bit
-for bit).
+for bit). ``--pcap`` writes every frame on every host's link, at both ends, with its simulated time in
+nanoseconds, to a pcapng file (``netreduce.host.network``); ``--waves`` the RTL simulation's waveform.
 """
 
 import argparse
@@ -69,6 +70,12 @@ def register(subparsers):
                              "--dtype, unsigned integers are taken as bit patterns")
     parser.add_argument("--dump", metavar="FILE.npz",
                         help="write each job's and worker's input and received result")
+    parser.add_argument("--pcap", metavar="FILE.pcapng",
+                        help="write every frame on every host link, at the sending and the receiving end, "
+                             "with simulated timestamps, to a pcapng file")
+    parser.add_argument("--waves", metavar="FILE.vcd",
+                        help="with --engine rtl: write the simulation's waveform there (a separate build, "
+                             "with tracing, the first time)")
     parser.add_argument("--time-limit-ms", type=float, default=1000.0, metavar="T",
                         help="simulated time after which the run stops with status \"timeout\"")
     parser.set_defaults(func=run)
@@ -92,7 +99,7 @@ def load_inputs(path, workers, dtype):
         raise UserError(f"the arrays of {path} differ in length")
     bits = tensor_dtype(dtype)
     rows = []
-    for key, array in zip(keys, arrays):
+    for key, array in zip(keys, arrays, strict=True):
         if array.dtype.kind == "f":
             rows.append(from_float64(get_format(dtype), array.astype(np.float64)).astype(bits))
         elif array.dtype.kind == "u" and array.dtype.itemsize == bits.itemsize:
@@ -127,6 +134,14 @@ def run(args):
         nbytes = args.bytes
     if args.mtu * args.message_packets > 1 << 20:
         raise UserError("--mtu times --message-packets must be at most 1 MiB")
+    if args.waves and args.engine != "rtl":
+        raise UserError("--waves needs --engine rtl")
+    for path in (args.pcap, args.waves):
+        if path:
+            try:
+                Path(path).open("wb").close()
+            except OSError as error:
+                raise UserError(f"cannot write {path}: {error.strerror}") from None
     spec = FaultSpec(loss=args.loss, duplicate=args.dup, reorder=args.reorder, corrupt=args.corrupt)
     started = time.monotonic()
     if args.engine == "rtl":
@@ -165,10 +180,13 @@ def _run_model(args, nbytes, inputs, spec):
     network, jobs, inputs = build_allreduce(
         workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
         message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
-        faults_up=spec, faults_down=spec, width=args.width)
+        faults_up=spec, faults_down=spec, width=args.width, pcap=args.pcap)
     total = sum(w.messages for w in network.workers)
     with _Progress(total) as progress:
-        status = network.run(time_limit_ns=int(args.time_limit_ms * 1e6), progress=progress.update)
+        try:
+            status = network.run(time_limit_ns=int(args.time_limit_ms * 1e6), progress=progress.update)
+        finally:
+            network.close()
     summary = network.summary()
     match = status == "done"
     for job in jobs:
@@ -203,13 +221,20 @@ def _run_rtl(args, nbytes, inputs):
                   "message_slots": args.message_slots, "seed": args.seed, "loss": args.loss, "dup": args.dup,
                   "reorder": args.reorder, "corrupt": args.corrupt,
                   "time_limit_ns": int(args.time_limit_ms * 1e6)}
+        if args.pcap:
+            params["pcap"] = str(Path(args.pcap).resolve())      # the simulation runs in the build folder
         if inputs is not None:
             (scratch / "inputs.pickle").write_bytes(pickle.dumps(inputs))
             params["inputs"] = str(scratch / "inputs.pickle")
         try:
-            run_switch(switch, testcase="closed_loop", params=params, quiet=True)
+            run_switch(switch, testcase="closed_loop", params=params, quiet=True,
+                       waves=Path(args.waves).resolve() if args.waves else None)
         except SimulationError as error:
             raise UserError(f"the RTL simulation failed: {error}") from None
+        finally:
+            if args.waves:      # empty (run() made it) unless the simulator's waveform was moved there
+                print(f"netreduce: waveform in {args.waves}" if Path(args.waves).stat().st_size
+                      else "netreduce: the simulation wrote no waveform", file=sys.stderr)
         summary = json.loads((scratch / "summary.json").read_text())
         pairs = pickle.loads((scratch / "dump.pickle").read_bytes())
     return summary, pairs
