@@ -17,9 +17,10 @@ Python sets the inputs of :class:`Harness` (ring fill levels, pause probabilitie
 Every count is of 32 bits and wraps; a ring index is its count modulo the ring's depth.
 """
 
-from amaranth.hdl import Module, Mux, ResetSignal, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ..hw.fp.adder import check_int
 
@@ -89,22 +90,25 @@ def _stream(layout):
 class Player(wiring.Component):
     """Plays the frames of a ring of beats into a stream.
 
-    ``beats`` (``depth`` entries of :func:`beat_layout`) holds beat ``k`` at ``k mod depth``; ``gates``
-    (``frames`` entries of :data:`FrameGate`) holds frame ``f``'s gate at ``f mod frames``. Python writes
-    whole frames and then raises ``loaded`` (the beats written so far); the player offers beat ``played``
-    while ``played != loaded``, a first beat only once ``frames_out >= after_out`` and ``frames_in >=
-    after_in`` of its gate, and pauses with probability ``idle`` (never withdrawing a beat it offers).
-    At each frame's last beat it writes the frame's :data:`FrameStamp` into ``stamps`` at ``f mod
-    frames``, and counts the frame in ``taken``. Python may overwrite a beat once ``played`` is past it.
+    ``beats`` holds beat ``k`` at lane ``k mod lanes`` of word ``(k mod depth) // lanes`` (a word of
+    ``lanes`` beats, so that Python moves several beats per access); ``gates`` (``frames`` entries of
+    :data:`FrameGate`) holds frame ``f``'s gate at ``f mod frames``. Python writes whole frames and then
+    raises ``loaded`` (the beats written so far); the player offers beat ``played`` while ``played !=
+    loaded``, a first beat only once ``frames_out >= after_out`` and ``frames_in >= after_in`` of its gate,
+    and pauses with probability ``idle`` (never withdrawing a beat it offers). At each frame's last beat it
+    writes the frame's :data:`FrameStamp` into ``stamps`` at ``f mod frames``, and counts the frame in
+    ``taken``. Python may overwrite a word once ``played`` is past every beat in it.
     """
 
-    def __init__(self, layout, *, depth=4096, frames=1024):
-        check_int(depth, "depth", 2, 1 << 20)
-        check_int(frames, "frames", 2, 1 << 20)
-        if depth & (depth - 1) or frames & (frames - 1):
-            raise ValueError(f"ring depths must be powers of two, not {depth} and {frames}")
-        self.layout, self.depth, self.frames = layout, depth, frames
-        self.beats = memory.Memory(shape=layout, depth=depth, init=[])
+    def __init__(self, layout, *, depth=4096, frames=1024, lanes=4):
+        for name, value in (("depth", depth), ("frames", frames), ("lanes", lanes)):
+            check_int(value, name, 1, 1 << 20)
+            if value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, not {value}")
+        if lanes > depth:
+            raise ValueError(f"a ring of {depth} beats cannot have words of {lanes}")
+        self.layout, self.depth, self.frames, self.lanes = layout, depth, frames, lanes
+        self.beats = memory.Memory(shape=data.ArrayLayout(layout, lanes), depth=depth // lanes, init=[])
         self.gates = memory.Memory(shape=FrameGate, depth=frames, init=[])
         self.stamps = memory.Memory(shape=FrameStamp, depth=frames, init=[])
         super().__init__({
@@ -130,12 +134,13 @@ class Player(wiring.Component):
         refused = Signal(32)
         open_gate = (self.frames_out - gate.data.after_out)[31] == 0     # modulo 2**32
         open_gate &= (self.frames_in - gate.data.after_in)[31] == 0
+        lane_bits = exact_log2(self.lanes)
         m.d.comb += [
             pauses.threshold.eq(self.idle),
             pauses.seed.eq(self.seed),
-            beat.addr.eq(self.played),
+            beat.addr.eq(self.played[lane_bits:]),
             gate.addr.eq(self.taken),
-            self.o.payload.eq(beat.data),
+            self.o.payload.eq(beat.data[self.played[:lane_bits]] if lane_bits else beat.data[0]),
             self.o.valid.eq((self.played != self.loaded) & (inside | open_gate) & (holding | ~pauses.pause)),
         ]
         m.d.sync += holding.eq(self.o.valid & ~self.o.ready)
@@ -158,7 +163,8 @@ class Player(wiring.Component):
 
 
 class Recorder(wiring.Component):
-    """Takes a stream into a ring: beat ``k`` taken in clock ``c`` goes to ``k mod depth`` with ``c``.
+    """Takes a stream into a ring: beat ``k`` taken in clock ``c`` goes, with ``c``, to lane ``k mod
+    lanes`` of word ``(k mod depth) // lanes``.
 
     Python reads the ring and raises ``consumed``; the recorder refuses beats while the ring is full and,
     with probability ``backpressure``, in any clock. ``frames`` counts last beats (every beat, for a stream
@@ -166,13 +172,16 @@ class Recorder(wiring.Component):
     offered (a MAC's transmit side cannot wait inside a frame).
     """
 
-    def __init__(self, layout, *, depth=4096):
-        check_int(depth, "depth", 2, 1 << 20)
-        if depth & (depth - 1):
-            raise ValueError(f"the ring depth must be a power of two, not {depth}")
-        self.layout, self.depth = layout, depth
+    def __init__(self, layout, *, depth=4096, lanes=4):
+        for name, value in (("depth", depth), ("lanes", lanes)):
+            check_int(value, name, 1, 1 << 20)
+            if value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, not {value}")
+        if lanes > depth:
+            raise ValueError(f"a ring of {depth} beats cannot have words of {lanes}")
+        self.layout, self.depth, self.lanes = layout, depth, lanes
         self.entry = data.StructLayout({"beat": layout, "cycle": unsigned(32)})
-        self.entries = memory.Memory(shape=self.entry, depth=depth, init=[])
+        self.entries = memory.Memory(shape=data.ArrayLayout(self.entry, lanes), depth=depth // lanes, init=[])
         super().__init__({
             "i": In(_stream(layout)),
             "recorded": Out(32), "consumed": In(32), "frames": Out(32), "pauses": Out(32),
@@ -183,21 +192,23 @@ class Recorder(wiring.Component):
         m = Module()
         m.submodules.ring_entries = entries = self.entries
         m.submodules.pauses = pauses = PauseGenerator()
-        entry = entries.write_port()
+        entry = entries.write_port(granularity=1)
         inside = Signal()
         has_last = "last" in self.layout.members
         last = self.i.payload.last if has_last else 1
         room = (self.recorded - self.consumed)[:32] < self.depth
+        lane_bits = exact_log2(self.lanes)
+        taken = self.i.valid & self.i.ready
         m.d.comb += [
             pauses.threshold.eq(self.backpressure),
             pauses.seed.eq(self.seed),
             self.i.ready.eq(room & ~pauses.pause),
-            entry.addr.eq(self.recorded),
-            entry.data.beat.eq(self.i.payload),
-            entry.data.cycle.eq(self.cycle),
-            entry.en.eq(self.i.valid & self.i.ready),
+            entry.addr.eq(self.recorded[lane_bits:]),
+            entry.en.eq(Mux(taken, Const(1, self.lanes) << self.recorded[:lane_bits], 0)),
         ]
-        with m.If(self.i.valid & self.i.ready):
+        for lane in range(self.lanes):
+            m.d.comb += [entry.data[lane].beat.eq(self.i.payload), entry.data[lane].cycle.eq(self.cycle)]
+        with m.If(taken):
             m.d.sync += [self.recorded.eq(self.recorded + 1), inside.eq(~last)]
             with m.If(last):
                 m.d.sync += self.frames.eq(self.frames + 1)
@@ -268,14 +279,16 @@ class Harness(wiring.Component):
     :meth:`description` tells the Python side their layouts."""
 
     def __init__(self, dut, *, inputs, outputs, frame_outputs=None, play_depth=4096, play_frames=1024,
-                 record_depth=4096):
+                 record_depth=4096, lanes=4):
         self.dut = dut
         self.input_names, self.output_names = tuple(inputs), tuple(outputs)
         self.frame_output_names = self.output_names if frame_outputs is None else tuple(frame_outputs)
         self.inputs = [_describe(port) for port in _ports(dut, inputs)]
         self.outputs = [_describe(port) for port in _ports(dut, outputs)]
-        self.players = [Player(stream_layout(*d), depth=play_depth, frames=play_frames) for d in self.inputs]
-        self.recorders = [Recorder(stream_layout(*d), depth=record_depth) for d in self.outputs]
+        self.lanes = lanes
+        self.players = [Player(stream_layout(*d), depth=play_depth, frames=play_frames, lanes=lanes)
+                        for d in self.inputs]
+        self.recorders = [Recorder(stream_layout(*d), depth=record_depth, lanes=lanes) for d in self.outputs]
         members = {"play": In(PlayerControl()).array(len(self.inputs)),
                    "record": In(RecorderControl()).array(len(self.outputs)),
                    "cycle": Out(32), "bypass": In(1)}
@@ -292,6 +305,7 @@ class Harness(wiring.Component):
             "play_depth": self.players[0].depth if self.players else 0,
             "play_frames": self.players[0].frames if self.players else 0,
             "record_depth": self.recorders[0].depth if self.recorders else 0,
+            "lanes": self.lanes,
         }
 
     def elaborate(self, platform):

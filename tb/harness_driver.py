@@ -57,17 +57,18 @@ def _unpack(layout, value):
 
 
 class _PlayerDriver:
-    def __init__(self, dut, index, description, depth, frames):
+    def __init__(self, dut, index, description, depth, frames, lanes):
         self.handle = dut._id(f"player_{index}", extended=False)
         self.control = {name: getattr(dut, f"play__{index}__{name}") for name in ("loaded", "played", "taken",
                                                                                  "idle", "seed")}
         self.layout = beat_layout(description["width"], description["user"])
         self.nbytes = description["width"] // 8
-        self.depth, self.frame_depth = depth, frames
+        self.depth, self.frame_depth, self.lanes = depth, frames, lanes
+        self.word = 0                           # the word being filled, its earlier lanes already loaded
         self.pending = collections.deque()      # (beats, gate value)
         self.loaded = self.loaded_frames = self.stamped = 0
         self.stamps = []                        # a FrameStamp dict per frame taken, in order
-        self.beat_words = [self.handle.ring_beats[k] for k in range(depth)]
+        self.beat_words = [self.handle.ring_beats[k] for k in range(depth // lanes)]
         self.gate_words = [self.handle.ring_gates[k] for k in range(frames)]
         self.stamp_words = [self.handle.ring_stamps[k] for k in range(frames)]
 
@@ -77,28 +78,32 @@ class _PlayerDriver:
         chunks = [frame[i:i + nbytes] for i in range(0, len(frame), nbytes)] or [b""]
         beats = [int.from_bytes(chunk, "little") | ((1 << len(chunk)) - 1) << keep_shift for chunk in chunks]
         beats[-1] |= 1 << last_shift
-        if len(beats) > self.depth:
+        if len(beats) > self.depth - self.lanes + 1:
             raise ValueError(f"a frame of {len(beats)} beats does not fit a ring of {self.depth}")
         self.pending.append((beats, _pack(FrameGate, after_out=after_out, after_in=after_in)))
 
     def fill(self):
         """Write the pending frames that fit: their beats where played ones were, their gates where
-        stamped ones were."""
+        stamped ones were. A word is written whole, so the beats of a word's previous round must all have
+        been played before any beat of its next round is written (hence ``lanes - 1`` beats of room less)."""
         played = _read(self.control["played"])
-        wrote = False
+        lanes, bits, words = self.lanes, self.layout.size, {}
         while self.pending:
             beats, gate = self.pending[0]
-            free = self.depth - ((self.loaded - played) & 0xFFFFFFFF)
+            free = self.depth - (lanes - 1) - ((self.loaded - played) & 0xFFFFFFFF)
             if len(beats) > free or self.loaded_frames - self.stamped >= self.frame_depth:
                 break
             self.pending.popleft()
             for beat in beats:
-                _write(self.beat_words[self.loaded % self.depth], beat)
+                lane = self.loaded % lanes
+                self.word = (self.word if lane else 0) | beat << (lane * bits)
+                words[(self.loaded % self.depth) // lanes] = self.word
                 self.loaded += 1
             _write(self.gate_words[self.loaded_frames % self.frame_depth], gate)
             self.loaded_frames += 1
-            wrote = True
-        if wrote:
+        for index, value in words.items():
+            _write(self.beat_words[index], value)
+        if words:
             _write(self.control["loaded"], self.loaded)
 
     def drain(self):
@@ -111,52 +116,54 @@ class _PlayerDriver:
     def taken(self):
         return _read(self.control["taken"])
 
-    def idle(self):
-        """Nothing left to play."""
-        return not self.pending and self.control["played"].value.to_unsigned() == self.loaded & 0xFFFFFFFF
-
 
 class _RecorderDriver:
-    def __init__(self, dut, index, description, depth):
+    def __init__(self, dut, index, description, depth, lanes):
         self.handle = dut._id(f"recorder_{index}", extended=False)
         self.control = {name: getattr(dut, f"record__{index}__{name}") for name in ("recorded", "consumed",
                                                                                    "frames", "pauses",
                                                                                    "backpressure", "seed")}
         self.kind, self.width, self.user = description["kind"], description["width"], description["user"]
         self.entry_cycle = stream_layout(self.kind, self.width, self.user).size   # Recorder.entry: beat, cycle
-        self.depth = depth
+        self.entry_bits = self.entry_cycle + 32
+        self.depth, self.lanes = depth, lanes
         self.consumed = 0
         self.frames = []            # RecordedFrame per frame (per record, for a record port)
         self._partial = bytearray()
         self._first = None
-        self.entry_words = [self.handle.ring_entries[k] for k in range(depth)]
+        self.entry_words = [self.handle.ring_entries[k] for k in range(depth // lanes)]
 
     def drain(self):
         recorded = _read(self.control["recorded"])
-        width, nbytes = self.width, self.width // 8
-        data_mask, keep_mask = (1 << width) - 1, (1 << nbytes) - 1
-        user_shift = width + nbytes + 1
         while (recorded - self.consumed) & 0xFFFFFFFF:
-            value = _read(self.entry_words[self.consumed % self.depth])
-            cycle = value >> self.entry_cycle
-            self.consumed += 1
-            if self.kind == "record":
-                self.frames.append(RecordedFrame(value & data_mask, 0, cycle, cycle))
-                continue
-            if self._first is None:
-                self._first = cycle
-            data = (value & data_mask).to_bytes(nbytes, "little")
-            keep = value >> width & keep_mask
-            if keep & (keep + 1) == 0:          # contiguous from lane 0, as every port here keeps it
-                self._partial += data[:keep.bit_length()]
-            else:
-                self._partial += bytes(byte for lane, byte in enumerate(data) if keep >> lane & 1)
-            if value >> (width + nbytes) & 1:   # last
-                user = value >> user_shift & ((1 << self.user) - 1)
-                self.frames.append(RecordedFrame(bytes(self._partial), user, self._first, cycle))
-                self._partial = bytearray()
-                self._first = None
+            word = _read(self.entry_words[(self.consumed % self.depth) // self.lanes])
+            lane = self.consumed % self.lanes
+            while lane < self.lanes and (recorded - self.consumed) & 0xFFFFFFFF:
+                self._take(word >> (lane * self.entry_bits) & ((1 << self.entry_bits) - 1))
+                self.consumed += 1
+                lane += 1
         _write(self.control["consumed"], self.consumed)
+
+    def _take(self, value):
+        """One recorded entry (the beat, and the clock it was taken in above it)."""
+        width, nbytes = self.width, self.width // 8
+        cycle = value >> self.entry_cycle
+        if self.kind == "record":
+            self.frames.append(RecordedFrame(value & ((1 << width) - 1), 0, cycle, cycle))
+            return
+        if self._first is None:
+            self._first = cycle
+        data = (value & ((1 << width) - 1)).to_bytes(nbytes, "little")
+        keep = value >> width & ((1 << nbytes) - 1)
+        if keep & (keep + 1) == 0:          # contiguous from lane 0, as every port here keeps it
+            self._partial += data[:keep.bit_length()]
+        else:
+            self._partial += bytes(byte for lane, byte in enumerate(data) if keep >> lane & 1)
+        if value >> (width + nbytes) & 1:   # last
+            user = value >> (width + nbytes + 1) & ((1 << self.user) - 1)
+            self.frames.append(RecordedFrame(bytes(self._partial), user, self._first, cycle))
+            self._partial = bytearray()
+            self._first = None
 
     @property
     def pauses(self):
@@ -170,9 +177,10 @@ class HarnessDriver:
         self.dut = dut
         self.clock_ns = clock_ns
         self.log = logging.getLogger("cocotb.harness")
-        self.players = [_PlayerDriver(dut, i, d, description["play_depth"], description["play_frames"])
+        lanes = description["lanes"]
+        self.players = [_PlayerDriver(dut, i, d, description["play_depth"], description["play_frames"], lanes)
                         for i, d in enumerate(description["players"])]
-        self.recorders = [_RecorderDriver(dut, j, d, description["record_depth"])
+        self.recorders = [_RecorderDriver(dut, j, d, description["record_depth"], lanes)
                           for j, d in enumerate(description["recorders"])]
         self.exchange_seconds = 0.0         # wall time spent filling and reading the rings
 

@@ -30,10 +30,12 @@ def beats_of(frame):
                           "last": k == len(chunks) - 1}).as_value().value for k, c in enumerate(chunks)]
 
 
-def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, frame_depth=4, seed=3):
-    """Play ``frames`` through a small ring, refilling it as a driver would; returns the frames taken
-    (bytes), the clock of each taken beat, the stamps, and the clocks in which a beat was offered."""
-    dut = Player(LAYOUT, depth=depth, frames=frame_depth)
+def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, frame_depth=4, lanes=2,
+               seed=3):
+    """Play ``frames`` through a small ring of words of ``lanes`` beats, refilling it as a driver would;
+    returns the frames taken (bytes), the clock of each taken beat, the stamps, and the clocks in which a
+    beat was offered."""
+    dut = Player(LAYOUT, depth=depth, frames=frame_depth, lanes=lanes)
     cycle = Signal(32)
     m = Module()
     m.submodules.dut = dut
@@ -47,6 +49,7 @@ def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, 
         ctx.set(dut.seed, seed)
         rng = random.Random(seed)
         pending = [(beats_of(f), g) for f, g in zip(frames, gates, strict=True)]
+        ring = [0] * depth                     # what the ring holds, beat by beat
         loaded = loaded_frames = stamped = 0
         current = b""
         for clock in range(4000):
@@ -57,7 +60,9 @@ def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, 
             while pending and loaded + len(pending[0][0]) - played <= depth and loaded_frames - stamped < frame_depth:
                 beats, (after_out, after_in) = pending.pop(0)
                 for beat in beats:
-                    ctx.set(dut.beats.data[loaded % depth], LAYOUT.from_bits(beat))
+                    ring[loaded % depth] = beat
+                    word = (loaded % depth) // lanes
+                    ctx.set(dut.beats.data[word], [LAYOUT.from_bits(b) for b in ring[word * lanes:(word + 1) * lanes]])
                     loaded += 1
                 ctx.set(dut.gates.data[loaded_frames % frame_depth],
                         FrameGate.const({"after_out": after_out, "after_in": after_in}))
@@ -150,7 +155,7 @@ def test_pause_generator_rate(probability, low, high):
 
 
 def test_recorder_keeps_every_beat_with_its_clock_and_refuses_only_when_full():
-    dut = Recorder(LAYOUT, depth=8)
+    dut = Recorder(LAYOUT, depth=8, lanes=2)
     cycle = Signal(32)
     m = Module()
     m.submodules.dut = dut
@@ -170,7 +175,7 @@ def test_recorder_keeps_every_beat_with_its_clock_and_refuses_only_when_full():
             recorded = ctx.get(dut.recorded)
             if rng.random() < 0.3:                      # the driver reads in batches, now and then
                 while consumed < recorded:
-                    got.append(ctx.get(dut.entries.data[consumed % 8]))
+                    got.append(ctx.get(dut.entries.data[consumed % 8 // 2])[consumed % 2])
                     consumed += 1
                 ctx.set(dut.consumed, consumed)
             offer = index < len(beats) and rng.random() < 0.8
@@ -221,13 +226,15 @@ def test_harness_plays_into_the_device_and_records_its_output_or_bypasses_both()
 
     async def bench(ctx):
         beats = [b for f in frames for b in beats_of(f)]
-        for k, beat in enumerate(beats):
-            ctx.set(player.beats.data[k], LAYOUT.from_bits(beat))
+        padded = beats + [0] * (-len(beats) % dut.lanes)
+        for w in range(len(padded) // dut.lanes):
+            ctx.set(player.beats.data[w], [LAYOUT.from_bits(b) for b in padded[w * dut.lanes:(w + 1) * dut.lanes]])
         ctx.set(dut.play[0].loaded, len(beats))
         await ctx.tick().repeat(len(beats) + 4)
         assert ctx.get(dut.record[0].recorded) == len(beats)
         assert ctx.get(dut.record[0].frames) == len(frames) == ctx.get(dut.play[0].taken)
-        got = [ctx.get(recorder.entries.data[k]).beat.as_value().value for k in range(len(beats))]
+        got = [ctx.get(recorder.entries.data[k // dut.lanes])[k % dut.lanes].beat.as_value().value
+               for k in range(len(beats))]
         assert got == beats
         # bypassed: the top's own ports reach the device, the recorder sees nothing
         ctx.set(dut.bypass, 1)
