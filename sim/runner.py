@@ -81,7 +81,11 @@ def simulator_env(simulator):
             # the code run every clock (and Verilator's runtime, VPI included) at the chosen level, the
             # construction code at -O0
             "MAKEFLAGS": (f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={verilator_cxx_opt()} "
-                          f"OPT_GLOBAL={verilator_cxx_opt()} OPT_SLOW=-O0"),
+                          f"OPT_GLOBAL={verilator_cxx_opt()} OPT_SLOW=-O0"
+                          + (" OBJCACHE=ccache" if shutil.which("ccache") else "")),
+            # ccache (where installed) keys each compile on its preprocessed source: the same C++ from
+            # another checkout of the repository, or from a folder wiped by CI, compiles from the cache
+            "CCACHE_BASEDIR": str(REPO_ROOT),
         }
     if simulator == "icarus":
         if shutil.which("iverilog") is None:
