@@ -1,16 +1,19 @@
 """A network of emulated RoCE v2 hosts around a switch engine, as a discrete-event simulation.
 
 Hosts carry the workers of every job (worker ``w`` of each job on host ``w``); host ``h`` hangs on switch
-port ``h mod P``. Each port is a full-duplex cable that its hosts share (a :class:`Link` each way: a rate, a
-propagation delay, one frame at a time), and each host has a
-:class:`~netreduce.host.faults.FaultInjector` on its side of the port in each direction ("host to switch",
-"switch to host"). The switch is an *engine*: :class:`ModelEngine` runs the golden model
-(:mod:`netreduce.sim.switch_model`); an RTL engine drives the generated Verilog from a cocotb testbench
-through the same two calls: the network calls ``engine.inject(port, frame, now, after)`` when a frame
-reaches the switch, and the engine calls ``network.from_switch(port, frame)`` at the simulated time a
-frame leaves it. ``after`` is how many frames had come off the switch's egress links (all ports) when
-the host sent this one: all that a frame can depend on, so a replay of recorded traffic that holds each
-frame back until the switch under test has sent that many frames keeps the traffic's causality.
+port ``h mod P``. Hosts that carry no worker (``extra_hosts`` of :func:`build_allreduce`: an attacker, say)
+come after them, on ports of their own choosing, and are in the forwarding table like the others. Each
+port is a full-duplex cable that its hosts share (a :class:`Link` each way: a rate, a propagation delay,
+one frame at a time), and each host has a :class:`~netreduce.host.faults.FaultInjector` on its side of
+the port in each direction ("host to switch", "switch to host"). The switch is an *engine*:
+:class:`ModelEngine` runs the golden model (:mod:`netreduce.sim.switch_model`); an RTL engine drives the
+generated Verilog from a cocotb testbench through the same two calls: the network calls
+``engine.inject(port, frame, now, after)`` when a frame reaches the switch, and the engine calls
+``network.from_switch(port, frame)`` at the simulated time a frame leaves it. ``after`` is how many
+frames had come off the switch's egress links (all ports) when the host sent this one: all that a frame
+can depend on, so a replay of recorded traffic that holds each frame back until the switch under test has
+sent that many frames keeps the traffic's causality. Each of ``network.taps``, ``tap(port, frame)``, sees
+every frame as it leaves the switch (an attacker that reacts to the traffic, :mod:`netreduce.host.attacks`).
 
 Time is in integer nanoseconds. :func:`build_allreduce` sets up jobs, connections and workers from a few
 numbers; :meth:`Network.run` runs until every worker holds its result, a queue pair fails, or the time
@@ -36,7 +39,7 @@ import numpy as np
 
 from netreduce.host.faults import FaultInjector, FaultSpec
 from netreduce.host.pcap import INBOUND, OUTBOUND, PcapNgWriter
-from netreduce.host.protocol import parse_control_payload
+from netreduce.host.protocol import parse_control_payload, udp_payload
 from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder
 from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dtype
 from netreduce.sim.fp import get_format, random_operands, tree_sum
@@ -146,10 +149,10 @@ class _Host:
             else:
                 self.stats["unknown_qp"] += 1
         elif h["ip_version"] == 4 and h["ip_proto"] == 17 and h["udp_dport"] == self.network.control_port:
-            message = parse_control_payload(parsed.payload[14 + 4 * h["vlan_valid"] + 28:])
-            for worker in self.workers:
-                if message is not None:
-                    worker.on_control(message)
+            message = parse_control_payload(udp_payload(parsed.payload, h))
+            if message is not None:
+                for worker in self.workers:
+                    worker.on_control(message, mac=h["eth_src"], ip=h["ip_src"], port=h["udp_sport"])
             self.stats["control"] += 1
         else:
             self.stats["other"] += 1
@@ -213,14 +216,25 @@ def _fault_note(injector, extra):
 
 
 class Network:
+    """``hosts`` (:class:`HostAddress`, MACs distinct) on the switch's ports: host ``i`` on port
+    ``host_ports[i]``, by default ``i mod P``."""
+
     def __init__(self, engine, switch_config, hosts, *, gbps=10, delay_ns=500, faults_up=None,
-                 faults_down=None, seed=0, beat_bytes=8, pcap=None):
+                 faults_down=None, seed=0, beat_bytes=8, pcap=None, host_ports=None):
         self.engine, self.switch_config = engine, switch_config
         self.control_port = switch_config.control_port
         self.now = 0
         self._events, self._order = [], itertools.count()
-        self.hosts = [_Host(self, i, address, i % switch_config.ports, faults_up, faults_down, seed)
-                      for i, address in enumerate(hosts)]
+        if host_ports is None:
+            host_ports = [i % switch_config.ports for i in range(len(hosts))]
+        if len(host_ports) != len(hosts) or not all(0 <= p < switch_config.ports for p in host_ports):
+            raise ValueError(f"host_ports {host_ports}: one port of the {switch_config.ports} for each host")
+        if len({address.mac for address in hosts}) != len(hosts):
+            raise ValueError("two hosts have the same MAC")
+        self.hosts = [_Host(self, i, address, port, faults_up, faults_down, seed)
+                      for i, (address, port) in enumerate(zip(hosts, host_ports, strict=True))]
+        self.extra_hosts = []           # the hosts that carry no worker (build_allreduce's extra_hosts)
+        self.taps = []                  # tap(port, frame): every frame as it leaves the switch
         self.ingress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
         self.egress = [Link(self, gbps, delay_ns, beat_bytes) for _ in range(switch_config.ports)]
         self._host_by_mac = {address.mac: host for address, host in zip(hosts, self.hosts, strict=True)}
@@ -252,6 +266,8 @@ class Network:
     def from_switch(self, port, frame):
         """A frame leaves the switch on ``port`` now: down the port's egress link to the host that owns
         its destination MAC (a frame for no host on that port is counted as unroutable)."""
+        for tap in self.taps:
+            tap(port, frame)
         host = self._host_by_mac.get(int.from_bytes(frame[:6], "big"))
         if host is None or host.port != port:
             self.unroutable += 1
@@ -349,17 +365,26 @@ def expected_sum(job, inputs):
 def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, ports=1, message_packets=4,
                     message_slots=4, seed=0, inputs=None, faults_up=None, faults_down=None, engine=None,
                     width=64, delay_ns=500, timeout_ns=1_000_000, retry_limit=7, max_outstanding=64,
-                    credit_timeout_ns=1_000_000, start_psn=None, pcap=None):
+                    credit_timeout_ns=1_000_000, start_psn=None, start_msg=0, extra_hosts=(), pcap=None):
     """Jobs of ``workers`` workers each all-reducing ``nbytes`` bytes, around a switch engine (the golden
     model unless ``engine`` is a factory taking the :class:`SwitchConfig`). ``inputs``: ``{job: array
-    (workers, elements)}`` of bit patterns, else random gradients from ``seed``. ``pcap``: a file to
-    capture every frame in (module documentation). Returns ``(network, jobs, inputs)``."""
+    (workers, elements)}`` of bit patterns, else random gradients from ``seed``. ``start_psn``: the first PSN
+    of worker ``w``'s connection is ``start_psn + 7 w`` (modulo 2^24), random from ``seed`` if ``None``;
+    ``start_msg``: every job's first message sequence number. Worker ``w``'s host is host ``w``, on port
+    ``w mod ports``, and each connection is bound to its hosts' ports, untagged. ``extra_hosts``:
+    ``[(HostAddress, port), ...]``, hosts that carry no worker (``network.extra_hosts``, after the workers'
+    in ``network.hosts``), in the forwarding table. ``pcap``: a file to capture every frame in (module
+    documentation). Returns ``(network, jobs, inputs)``."""
     rng = np.random.default_rng(seed)
     fmt = get_format(dtype)
     hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
+    host_ports = [h % ports for h in range(workers)]
+    for address, port in extra_hosts:
+        hosts.append(address)
+        host_ports.append(port)
     switch_mac, switch_ip = 0x02_4E_52_00_00_01, "10.0.255.1"
     job_configs = [JobConfig(job=j, workers=workers, dtype=dtype, mtu=mtu, message_packets=message_packets,
-                             message_slots=message_slots) for j in range(jobs)]
+                             message_slots=message_slots, start_msg=start_msg) for j in range(jobs)]
     qpn = itertools.count(0x100)
     plans = []      # (job, worker, requester qpn, responder qpn, start psn)
     for job in job_configs:
@@ -367,15 +392,17 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
             psn = int(rng.integers(0, 1 << 24)) if start_psn is None else (start_psn + 7 * w) % (1 << 24)
             plans.append((job, w, next(qpn), next(qpn), psn))
     connections = [ConnectionConfig(job.job, w, hosts[w].mac, hosts[w].ip, rq,
-                                    hosts[(w + 1) % workers].mac, hosts[(w + 1) % workers].ip, rs, psn)
+                                    hosts[(w + 1) % workers].mac, hosts[(w + 1) % workers].ip, rs, psn,
+                                    requester_port=host_ports[w], responder_port=host_ports[(w + 1) % workers])
                    for job, w, rq, rs, psn in plans]
     config = SwitchConfig(mac=switch_mac, ip=switch_ip, ports=ports,
-                          forwarding={h.mac: i % ports for i, h in enumerate(hosts)},
+                          forwarding={h.mac: port for h, port in zip(hosts, host_ports, strict=True)},
                           jobs=job_configs, connections=connections)
     engine = (engine or ModelEngine)(config)
     network = Network(engine, config, hosts, gbps=LINK_GBPS[width], delay_ns=delay_ns,
                       faults_up=faults_up or FaultSpec(), faults_down=faults_down or FaultSpec(), seed=seed,
-                      beat_bytes=width // 8, pcap=pcap)
+                      beat_bytes=width // 8, pcap=pcap, host_ports=host_ports)
+    network.extra_hosts = network.hosts[workers:]
     element = tensor_dtype(dtype)
     elements = nbytes // element.itemsize
     if inputs is None:

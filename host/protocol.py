@@ -27,8 +27,8 @@ from netreduce.wire import (
     unpack_header,
 )
 
-__all__ = ["AggHeader", "ControlMessage", "build_control_frame", "parse_control_payload", "ip_to_int",
-           "mac_to_int", "DTYPE_NAMES"]
+__all__ = ["AggHeader", "ControlMessage", "build_control_frame", "parse_control_payload", "udp_payload",
+           "ip_to_int", "mac_to_int", "DTYPE_NAMES"]
 
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
 _CONTROL_BYTES = header_bytes(CONTROL_PACKET)
@@ -106,6 +106,14 @@ def parse_control_payload(payload):
     except ValueError:
         return None
     return ControlMessage(kind, values["job"], values["worker"], values["value"])
+
+
+def udp_payload(frame, header):
+    """The UDP payload of an IPv4 frame without options whose :func:`netreduce.sim.roce_model.parse_frame`
+    record is ``header``: after 14 (18 with a VLAN tag) + 20 + 8 bytes of headers, as long as the UDP
+    length says (what follows it, such as Ethernet padding, is not part of it)."""
+    start = 14 + 4 * header["vlan_valid"] + 20 + 8
+    return frame[start:start + max(0, header["udp_len"] - 8)]
 
 
 _IPV4_UDP = struct.Struct("!BBHHHBBH4s4sHHHH")

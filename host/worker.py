@@ -5,24 +5,29 @@ connection, which RDMA-WRITEs its messages to the peer host ``(w + 1) mod N``, a
 connection ``w - 1``, into which the switch delivers the sums (docs/ARCHITECTURE.md, "Aggregation").
 
 - **Messages.** The tensor's little-endian bytes are cut into messages of at most
-  ``message_packets * mtu - 16`` bytes of whole elements; message ``s`` is the 16-byte aggregation header
-  (job, ``s``, element count, dtype, priority) followed by its elements, written to the peer's receive
-  buffer at ``recv_va + s * message_packets * mtu``. The switch sums whole 32-bit words, so a message of
-  an odd number of 16-bit elements carries one more element, +0, which the receiver ignores.
-- **Credits.** The worker starts message ``s`` only while ``s`` is at most the highest sequence number
-  the switch allowed (``message_slots - 1`` before any CREDIT arrives). While it waits for a credit, it
-  sends a CREDIT_REQUEST every ``credit_timeout_ns``, so that a lost CREDIT cannot stall it for ever.
+  ``message_packets * mtu - 16`` bytes of whole elements; message ``i`` is the 16-byte aggregation header
+  (job, sequence number ``(start_msg + i) mod 2^32``, element count, dtype, priority) followed by its
+  elements, written to the peer's receive buffer at ``recv_va + i * message_packets * mtu``. The switch
+  sums whole 32-bit words, so a message of an odd number of 16-bit elements carries one more element, +0,
+  which the receiver ignores.
+- **Credits.** The worker starts a message only while its sequence number is not ahead of the highest one
+  the switch allowed (``start_msg + message_slots - 1`` before any CREDIT arrives), comparing modulo 2^32
+  (:func:`netreduce.wire.msg_distance`). A CREDIT counts only when its frame comes from the switch's MAC,
+  IPv4 address and control port: anyone can send one, and a forged CREDIT would let the worker overrun
+  the switch's window. While it waits for a credit, it sends a CREDIT_REQUEST every
+  ``credit_timeout_ns``, so that a lost CREDIT cannot stall it for ever.
 - **Results.** Each message that the responder delivers is read back from the receive buffer, its
-  aggregation header checked and skipped, and its elements stored at their place in ``result``.
+  aggregation header checked (job, and the sequence number of the message at that place) and skipped, and
+  its elements stored at their place in ``result``.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame
+from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame, ip_to_int, mac_to_int
 from netreduce.sim.fp import get_format
-from netreduce.wire import AGG_HEADER_BYTES, ControlType
+from netreduce.wire import AGG_HEADER_BYTES, MSG_SEQ_MODULUS, ControlType, msg_distance
 
 __all__ = ["HostAddress", "Worker", "message_layout", "tensor_dtype"]
 
@@ -63,8 +68,8 @@ class Worker:
         self.credit_timeout_ns = credit_timeout_ns
         self.layout = message_layout(job, len(self.tensor))
         self.stride = job.message_packets * job.mtu
-        self.allowed = job.message_slots - 1         # the highest message sequence number allowed
-        self.next_seq = 0                            # the next message to post
+        self.allowed = (job.start_msg + job.message_slots - 1) % MSG_SEQ_MODULUS   # the highest msg_seq allowed
+        self.next_message = 0                        # the index of the next message to post
         self.completed = 0                           # own messages acknowledged end to end
         self.result = np.zeros_like(self.tensor)
         self.received = set()
@@ -79,6 +84,16 @@ class Worker:
     def messages(self):
         return len(self.layout)
 
+    def msg_seq(self, index):
+        """The sequence number of the tensor's message ``index``."""
+        return (self.job.start_msg + index) % MSG_SEQ_MODULUS
+
+    @property
+    def may_post(self):
+        """Whether the credits allow the next message."""
+        return (self.next_message < self.messages
+                and msg_distance(self.msg_seq(self.next_message), self.allowed) <= 0)
+
     @property
     def done(self):
         return len(self.received) == self.messages and self.completed == self.messages
@@ -91,18 +106,19 @@ class Worker:
 
     def pump(self, now):
         """Post every message the credits allow; return control frames to send (credit requests)."""
-        while self.next_seq < self.messages and self.next_seq <= self.allowed:
-            start, count = self.layout[self.next_seq]
-            header = AggHeader(self.job.job, self.next_seq, count, self.job.dtype, self.priority)
+        while self.may_post:
+            start, count = self.layout[self.next_message]
+            header = AggHeader(self.job.job, self.msg_seq(self.next_message), count, self.job.dtype,
+                               self.priority)
             data = header.pack() + self.tensor[start:start + count].tobytes()
             data += bytes(-len(data) % 4)      # an odd count of 16-bit elements: one +0 more
-            self.requester.post_write(data, va=self.send_va + self.next_seq * self.stride,
+            self.requester.post_write(data, va=self.send_va + self.next_message * self.stride,
                                       rkey=self.send_rkey)
-            self.next_seq += 1
+            self.next_message += 1
         self.completed += self._drain(self.requester.completions)
         for va, length, _immediate in self._take(self.responder.completions):
             self._deliver(va, length)
-        if self.next_seq < self.messages and self.next_seq > self.allowed:
+        if self.next_message < self.messages and not self.may_post:
             if self._waiting_since is None:
                 self._waiting_since = now
             last = self._last_request if self._last_request is not None else self._waiting_since
@@ -121,10 +137,13 @@ class Worker:
         last = self._last_request if self._last_request is not None else self._waiting_since
         return last + self.credit_timeout_ns
 
-    def on_control(self, message):
-        if (message.type == ControlType.CREDIT and message.job == self.job.job
-                and message.worker == self.index):
-            self.allowed = max(self.allowed, message.value)
+    def on_control(self, message, *, mac, ip, port):
+        """A control ``message`` arrived in a frame from Ethernet source ``mac``, IPv4 source ``ip`` and UDP
+        source ``port``: a CREDIT for this worker moves ``allowed`` ahead, if it comes from the switch."""
+        if (message.type == ControlType.CREDIT and message.job == self.job.job and message.worker == self.index
+                and mac_to_int(mac) == mac_to_int(self.switch.mac) and ip_to_int(ip) == ip_to_int(self.switch.ip)
+                and port == self.control_port and msg_distance(message.value, self.allowed) > 0):
+            self.allowed = message.value
 
     # --- internals ----------------------------------------------------------------------------------------
 
@@ -143,18 +162,18 @@ class Worker:
                                    src_ip=self.host.ip, dst_ip=self.switch.ip, port=self.control_port)
 
     def _deliver(self, va, length):
-        seq, offset = divmod(va - self.recv_va, self.stride)
+        index, offset = divmod(va - self.recv_va, self.stride)
         data = self.memory.read(va, length)
         header = AggHeader.unpack(data)
-        if (offset or not 0 <= seq < self.messages or header is None or header.msg_seq != seq
+        if (offset or not 0 <= index < self.messages or header is None or header.msg_seq != self.msg_seq(index)
                 or header.job != self.job.job):
             self.errors.append(f"worker {self.index}: unexpected message at va {va:#x} ({length} bytes)")
             return
-        start, count = self.layout[seq]
+        start, count = self.layout[index]
         body = data[AGG_HEADER_BYTES:AGG_HEADER_BYTES + count * self.result.itemsize]
         if header.elements != count or len(data) != AGG_HEADER_BYTES + _padded(count * self.result.itemsize):
-            self.errors.append(f"worker {self.index}: message {seq} has {header.elements} elements, "
+            self.errors.append(f"worker {self.index}: message {index} has {header.elements} elements, "
                                f"{len(body)} bytes; expected {count}")
             return
         self.result[start:start + count] = np.frombuffer(body, dtype=self.result.dtype)
-        self.received.add(seq)
+        self.received.add(index)

@@ -40,21 +40,8 @@ monitor (``LOOKUP``; two at 64 bits, where each frame's headers leave clocks to 
 frame only once its first payload word is there, and the payload sequencer then keeps up with it, so
 frames out never pause in the middle (docs: "Open items").
 
-Control registers (``csr``: ``addr`` is a word address; ``wdata`` and ``we`` write; ``rdata`` shows
-the counter at ``addr`` the clock after):
-
-====================  ============================================================================
-0x000, 0x001          switch MAC, low 32 and high 16 bits
-0x002, 0x003          switch IPv4 address, control UDP port (default 4792)
-0x004                 default port (frames to a MAC not in the forwarding table, broadcast too)
-0x010 + 4 j           job j: +0 job id, +1 workers, +2 enable (writing resets the job's state),
-                      +3 MTU (bytes, at most the build's ``mtu``; default the build's)
-0x100 + 8 c           connection c = j * N + w: +0/+1 requester MAC low/high, +2 requester IP,
-                      +3 requester QPN, +4 responder IP, +5 responder QPN, +6 first PSN,
-                      +7 enable (writing resets the connection's state)
-0x900 + 4 e           forwarding entry e: +0/+1 MAC low/high, +2 port, +3 enable
-0xC00 + i             counter i of ``netreduce.sim.switch_model.COUNTERS`` (read only)
-====================  ============================================================================
+Control registers (``csr``): the map of ``netreduce.registers``, decoded by ``hw.csr.decode_registers``
+(docs/ARCHITECTURE.md, "Switch RTL", has the table).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
@@ -64,24 +51,25 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..sim.switch_model import COUNTERS, GAP_PSN_SHIFT
+from ..registers import COUNTERS, SWITCH
 from ..wire import (
     AGG_MAGIC,
     AGG_VERSION,
     BTH,
     CONTROL_MAGIC,
-    CONTROL_PORT,
     CONTROL_VERSION,
     DTYPE_CODES,
     ETH_HEADER,
     ETH_MIN_FRAME,
     ETHERTYPE_IPV4,
+    GAP_PSN_SHIFT,
     ICRC_BYTES,
     IPV4_HEADER,
     UDP_HEADER,
     ControlType,
     header_bytes,
 )
+from .csr import csr_signature, decode_registers
 from .deparser import RoceDeparser, lanes_below
 from .fp.adder import check_int
 from .parser import RoceParser
@@ -89,7 +77,7 @@ from .ports import FrameArbiter, FrameRouter, check_ports
 from .slots import SlotMemory
 from .stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
 
-__all__ = ["NetReduceSwitch", "CSR", "csr_signature"]
+__all__ = ["NetReduceSwitch", "csr_signature"]
 
 PSN_BITS = 24
 _HALF = 1 << (PSN_BITS - 1)
@@ -101,24 +89,6 @@ _WRITE_OPCODES = (0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
 _ACKNOWLEDGE = 0x11
 _NAK_SEQUENCE = 0x60
 _GOOD_VERDICT = 0b111       # icrc_ok, ipv4_csum_ok, len_ok
-
-
-class CSR:
-    """Word addresses of the control registers (see the module documentation)."""
-    SWITCH_MAC_LO, SWITCH_MAC_HI, SWITCH_IP, CONTROL_PORT, DEFAULT_PORT = 0x000, 0x001, 0x002, 0x003, 0x004
-    JOB_BASE, JOB_STRIDE = 0x010, 4
-    JOB_ID, JOB_WORKERS, JOB_ENABLE, JOB_MTU = 0, 1, 2, 3
-    CONN_BASE, CONN_STRIDE = 0x100, 8
-    (CONN_REQ_MAC_LO, CONN_REQ_MAC_HI, CONN_REQ_IP, CONN_REQ_QPN, CONN_RESP_IP, CONN_RESP_QPN,
-     CONN_START_PSN, CONN_ENABLE) = range(8)
-    FORWARD_BASE, FORWARD_STRIDE = 0x900, 4
-    FORWARD_MAC_LO, FORWARD_MAC_HI, FORWARD_PORT, FORWARD_ENABLE = range(4)
-    COUNTER_BASE = 0xC00
-
-
-def csr_signature():
-    """The control-register port as its master sees it."""
-    return wiring.Signature({"addr": Out(12), "wdata": Out(32), "we": Out(1), "rdata": In(32)})
 
 
 def _not_behind(a, b):
@@ -215,7 +185,23 @@ class NetReduceSwitch(wiring.Component):
         for p in range(self.ports):
             axis_to_frames(m, self.s_axis[p], arbiter.i[p])
             frames_to_axis(m, router.o[p], self.m_axis[p])
-        wiring.connect(m, arbiter.o, parser.i)
+        # the ingress port of each frame, in frame order, for its header's connection match (a frame's header
+        # leaves the parser after its first beat entered it): written at each first beat, read with the header
+        port_bits = max(1, ceil_log2(self.ports))
+        if self.ports > 1:
+            m.submodules.ingress_ports = ingress_ports = SyncFIFOBuffered(width=port_bits, depth=32)
+            inside = Signal()           # past a frame's first beat on the parser's input
+            room_for_port = inside | ingress_ports.w_rdy
+            m.d.comb += [parser.i.valid.eq(arbiter.o.valid & room_for_port), parser.i.payload.eq(arbiter.o.payload),
+                         arbiter.o.ready.eq(parser.i.ready & room_for_port),
+                         ingress_ports.w_data.eq(arbiter.port),
+                         ingress_ports.w_en.eq(parser.i.valid & parser.i.ready & ~inside)]
+            with m.If(parser.i.valid & parser.i.ready):
+                m.d.sync += inside.eq(~arbiter.o.payload.last)
+            arriving_port, arriving_port_ready = ingress_ports.r_data, ingress_ports.r_rdy
+        else:
+            wiring.connect(m, arbiter.o, parser.i)
+            arriving_port, arriving_port_ready = Const(0, port_bits), Const(1)
         wiring.connect(m, deparser.o, router.i)
 
         # --- configuration and state ----------------------------------------------------------------------
@@ -223,9 +209,9 @@ class NetReduceSwitch(wiring.Component):
             return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
 
         sw_mac, sw_ip = Signal(48), Signal(32)
-        default_port = Signal(range(self.ports))
+        default_port = Signal(8)
         E = self.forwarding_entries
-        fwd_mac, fwd_port = registers(E, 48, "fwd_mac"), registers(E, range(self.ports), "fwd_port")
+        fwd_mac, fwd_port = registers(E, 48, "fwd_mac"), registers(E, 8, "fwd_port")
         fwd_valid = registers(E, 1, "fwd_valid")
         # the forwarding table, on the destination MAC in the first six bytes of each frame out
         destination_mac = Cat(*[deparser.o.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
@@ -233,15 +219,21 @@ class NetReduceSwitch(wiring.Component):
         for e in reversed(range(self.forwarding_entries)):
             with m.If(fwd_valid[e] & (fwd_mac[e] == destination_mac)):
                 m.d.comb += router.destination.eq(fwd_port[e])
-        ctl_port = Signal(16, init=CONTROL_PORT)
+        ctl_port = Signal(16, init=SWITCH.register("control_port").init)
         job_valid, job_id = registers(J, 1, "job_valid"), registers(J, 16, "job_id")
         job_n, job_oldest = registers(J, worker_bits + 1, "job_n"), registers(J, 32, "job_oldest")
         job_mtu = Array(Signal(13, name=f"job_mtu_{j}", init=self.mtu) for j in range(J))
+        job_start_msg = registers(J, 32, "job_start_msg")
         conn_valid = registers(C, 1, "conn_valid")
         req_mac, req_ip, req_qpn = registers(C, 48, "req_mac"), registers(C, 32, "req_ip"), registers(C, 24, "req_qpn")
         resp_ip, resp_qpn = registers(C, 32, "resp_ip"), registers(C, 24, "resp_qpn")
+        # the binding: where each direction of a connection lives (port, source MAC, VLAN)
+        req_port, resp_port = registers(C, 8, "req_port"), registers(C, 8, "resp_port")
+        req_vlan, resp_vlan = registers(C, 13, "req_vlan"), registers(C, 13, "resp_vlan")
+        resp_mac = registers(C, 48, "resp_mac")
         start_psn = registers(C, 24, "start_psn")
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
+        sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
         in_msg, cur_k = registers(C, 1, "in_msg"), registers(C, k_bits, "cur_k")
         cur_first = registers(C, 24, "cur_first")      # the first PSN of the connection's current message
@@ -274,54 +266,32 @@ class NetReduceSwitch(wiring.Component):
         def workers_mask(j):
             return Cat(*[Const(w) < job_n[j] for w in range(N)])
 
-        # --- control registers --------------------------------------------------------------------------------
-        csr = self.csr
-        counter_index = Signal(range(len(COUNTERS) + 1))
-        m.d.comb += counter_index.eq(Mux(csr.addr >= CSR.COUNTER_BASE, csr.addr - CSR.COUNTER_BASE,
-                                         len(COUNTERS)))
-        m.d.sync += csr.rdata.eq(Array([counters[n] for n in COUNTERS] + [Const(0, 32)])[counter_index])
-        job_reset = Signal(J)
-        with m.If(csr.we):
-            with m.Switch(csr.addr):
-                for address, target in ((CSR.SWITCH_MAC_LO, sw_mac[:32]), (CSR.SWITCH_MAC_HI, sw_mac[32:]),
-                                        (CSR.SWITCH_IP, sw_ip), (CSR.CONTROL_PORT, ctl_port),
-                                        (CSR.DEFAULT_PORT, default_port)):
-                    with m.Case(address):
-                        m.d.sync += target.eq(csr.wdata)
-                for j in range(J):
-                    base = CSR.JOB_BASE + CSR.JOB_STRIDE * j
-                    with m.Case(base + CSR.JOB_ID):
-                        m.d.sync += job_id[j].eq(csr.wdata)
-                    with m.Case(base + CSR.JOB_WORKERS):
-                        m.d.sync += job_n[j].eq(csr.wdata)
-                    with m.Case(base + CSR.JOB_MTU):
-                        m.d.sync += job_mtu[j].eq(Mux(csr.wdata > self.mtu, self.mtu, csr.wdata))
-                    with m.Case(base + CSR.JOB_ENABLE):
-                        m.d.sync += job_valid[j].eq(csr.wdata[0])
-                        m.d.comb += job_reset[j].eq(1)
-                for e in range(E):
-                    base = CSR.FORWARD_BASE + CSR.FORWARD_STRIDE * e
-                    for offset, target in ((CSR.FORWARD_MAC_LO, fwd_mac[e][:32]),
-                                           (CSR.FORWARD_MAC_HI, fwd_mac[e][32:]),
-                                           (CSR.FORWARD_PORT, fwd_port[e]), (CSR.FORWARD_ENABLE, fwd_valid[e])):
-                        with m.Case(base + offset):
-                            m.d.sync += target.eq(csr.wdata)
-                for c in range(C):
-                    base = CSR.CONN_BASE + CSR.CONN_STRIDE * c
-                    for offset, target in ((CSR.CONN_REQ_MAC_LO, req_mac[c][:32]),
-                                           (CSR.CONN_REQ_MAC_HI, req_mac[c][32:]),
-                                           (CSR.CONN_REQ_IP, req_ip[c]), (CSR.CONN_REQ_QPN, req_qpn[c]),
-                                           (CSR.CONN_RESP_IP, resp_ip[c]), (CSR.CONN_RESP_QPN, resp_qpn[c]),
-                                           (CSR.CONN_START_PSN, start_psn[c])):
-                        with m.Case(base + offset):
-                            m.d.sync += target.eq(csr.wdata)
-                    with m.Case(base + CSR.CONN_ENABLE):
-                        m.d.sync += [conn_valid[c].eq(csr.wdata[0]), expected[c].eq(start_psn[c]),
-                                     delivered[c].eq(start_psn[c] - 1), next_seq[c].eq(0),
-                                     next_k[c].eq(0), in_msg[c].eq(0), cur_k[c].eq(0)]
+        # --- control registers (the map: netreduce.registers) ---------------------------------------------------
+        strobes = decode_registers(m, self.csr, self.parameters, targets={
+            "switch.mac": [sw_mac], "switch.ip": [sw_ip], "switch.control_port": [ctl_port],
+            "switch.default_port": [default_port],
+            "job.id": list(job_id), "job.workers": list(job_n), "job.enable": list(job_valid),
+            "job.mtu": list(job_mtu), "job.start_msg": list(job_start_msg),
+            "forwarding.mac": list(fwd_mac), "forwarding.port": list(fwd_port), "forwarding.enable": list(fwd_valid),
+            "connection.requester_mac": list(req_mac), "connection.requester_ip": list(req_ip),
+            "connection.requester_qpn": list(req_qpn), "connection.requester_port": list(req_port),
+            "connection.requester_vlan": list(req_vlan),
+            "connection.responder_mac": list(resp_mac), "connection.responder_ip": list(resp_ip),
+            "connection.responder_qpn": list(resp_qpn), "connection.responder_port": list(resp_port),
+            "connection.responder_vlan": list(resp_vlan),
+            "connection.start_psn": list(start_psn), "connection.enable": list(conn_valid),
+        }, readable={f"counters.{name}": counters[name] for name in COUNTERS},
+            transforms={"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)})
+        job_reset = strobes["job.enable"]
+        for c in range(C):
+            with m.If(strobes["connection.enable"][c]):
+                first_message = job_start_msg[c // N]
+                m.d.sync += [expected[c].eq(start_psn[c]), delivered[c].eq(start_psn[c] - 1),
+                             sent[c].eq(start_psn[c] - 1), next_seq[c].eq(first_message),
+                             next_k[c].eq(first_message[:k_bits]), in_msg[c].eq(0), cur_k[c].eq(0)]
         for j in range(J):
             with m.If(job_reset[j]):
-                m.d.sync += job_oldest[j].eq(0)
+                m.d.sync += job_oldest[j].eq(job_start_msg[j])
                 for k in range(K):
                     m.d.sync += msg_busy[j * K + k].eq(0)
                     for w in range(N):
@@ -374,40 +344,61 @@ class NetReduceSwitch(wiring.Component):
         # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
         # The match reads only configuration (written before traffic), never state, so it runs as the
         # headers arrive and the monitor takes header and match from a FIFO.
-        Match = data.StructLayout({"conn": conn_bits, "ack": 1, "data": 1, "control": 1})
+        # The binding (docs: "Trust model") is part of the match: a frame whose key is registered but that does
+        # not come from where that direction of the connection lives, or is not addressed to where the other
+        # lives, is spoofed; so is a frame from the switch's own addresses. ``stray``: a control packet to
+        # anyone but the switch.
+        Match = data.StructLayout({"conn": conn_bits, "ack": 1, "data": 1, "control": 1, "spoofed": 1, "stray": 1,
+                                   "port": port_bits})
         Matched = data.StructLayout({"header": ParsedHeader, "match": Match})
         m.submodules.matched = matched = SyncFIFOBuffered(width=Matched.size, depth=4)
         arriving, arriving_match = parser.hdr.payload, Signal(Match)
-        ip_src = arriving.ip_src[:32]
-        roce4 = arriving.roce & (arriving.ip_version == 4)
-        data_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == req_ip[c])
+        ip_src, ip_dst = arriving.ip_src[:32], arriving.ip_dst[:32]
+        ipv4 = arriving.ip_version == 4
+        roce4 = arriving.roce & ipv4
+        arriving_vlan = Cat(arriving.vlan_tci[:12], arriving.vlan_valid)     # the VLAN registers' encoding
+        data_key = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == req_ip[c])
                          & (arriving.bth_dest_qp == resp_qpn[c]) for c in range(C)])
-        ack_hit = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == resp_ip[c])
+        ack_key = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == resp_ip[c])
                         & (arriving.bth_dest_qp == req_qpn[c]) for c in range(C)])
-        is_ack = roce4 & (arriving.bth_opcode == _ACKNOWLEDGE) & ack_hit.any()
+        data_bound = Cat(*[(arriving_port == req_port[c]) & (arriving.eth_src == req_mac[c])
+                           & (arriving_vlan == req_vlan[c]) & (arriving.eth_dst == resp_mac[c])
+                           & (ip_dst == resp_ip[c]) for c in range(C)])
+        ack_bound = Cat(*[(arriving_port == resp_port[c]) & (arriving.eth_src == resp_mac[c])
+                          & (arriving_vlan == resp_vlan[c]) & (arriving.eth_dst == req_mac[c])
+                          & (ip_dst == req_ip[c]) for c in range(C)])
+        is_ack = roce4 & (arriving.bth_opcode == _ACKNOWLEDGE) & ack_key.any()
+        is_data = roce4 & ~is_ack & data_key.any()
+        bound = Signal()
         for c in reversed(range(C)):
-            with m.If(Mux(is_ack, ack_hit[c], data_hit[c])):
-                m.d.comb += arriving_match.conn.eq(c)
+            with m.If(Mux(is_ack, ack_key[c], data_key[c])):
+                m.d.comb += [arriving_match.conn.eq(c), bound.eq(Mux(is_ack, ack_bound[c], data_bound[c]))]
+        own = (arriving.eth_src == sw_mac) | (ipv4 & (ip_src == sw_ip))
+        control_port = ipv4 & ~arriving.roce & (arriving.ip_proto == 17) & (arriving.udp_dport == ctl_port)
         m.d.comb += [
-            arriving_match.ack.eq(is_ack),
-            arriving_match.data.eq(roce4 & ~is_ack & data_hit.any()),
-            arriving_match.control.eq((arriving.ip_version == 4) & ~arriving.roce
-                                      & (arriving.ip_dst[:32] == sw_ip) & (arriving.ip_proto == 17)
-                                      & (arriving.udp_dport == ctl_port)),
+            arriving_match.ack.eq(is_ack & bound & ~own),
+            arriving_match.data.eq(is_data & bound & ~own),
+            arriving_match.control.eq(control_port & (ip_dst == sw_ip) & ~own),
+            arriving_match.stray.eq(control_port & (ip_dst != sw_ip) & ~own),
+            arriving_match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
+            arriving_match.port.eq(arriving_port),
             matched.w_data.eq(Cat(arriving.as_value(), arriving_match)),
-            matched.w_en.eq(parser.hdr.valid), parser.hdr.ready.eq(matched.w_rdy),
+            matched.w_en.eq(parser.hdr.valid & arriving_port_ready),
+            parser.hdr.ready.eq(matched.w_rdy & arriving_port_ready),
         ]
+        if self.ports > 1:
+            m.d.comb += ingress_ports.r_en.eq(parser.hdr.valid & matched.w_rdy)
 
         # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
         h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
         Plan = data.StructLayout({
-            "control": 1, "plain": 1, "ack": 1, "data": 1,
+            "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1,
             "conn": conn_bits, "job": job_bits, "worker": worker_bits,
             "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
             "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
             "slot_fits": 1, "bitmap": N, "full": 1, "rslot": slot_bits + 1,
             "job_id": 16, "seq": 32,
-            "through": PSN_BITS, "advance": 1, "releases": 1, "oldest_message": range(J * K),
+            "through": PSN_BITS, "advance": 1, "ahead": 1, "releases": 1, "oldest_message": range(J * K),
             "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
             "dup_same_length": 1,
         })
@@ -440,7 +431,7 @@ class NetReduceSwitch(wiring.Component):
         # (LOOKUP_READ); at 512 bits a 17-beat frame has none to spare, and the view is read in LOOKUP.
         ConnView = data.StructLayout({
             "distance": PSN_BITS, "in_msg": 1, "msg_index": k_bits, "packet_index": 24, "slot": slot_bits,
-            "first_message": range(J * K), "next_seq": 32, "through": PSN_BITS, "advance": 1,
+            "first_message": range(J * K), "next_seq": 32, "through": PSN_BITS, "advance": 1, "ahead": 1,
             # the job's oldest message, and what each worker's connection has acknowledged of it
             "oldest_message": range(J * K), "oldest_held": 1, "outside": N, "closed": N, "delivered": N,
             "last": PSN_BITS * N,
@@ -448,6 +439,7 @@ class NetReduceSwitch(wiring.Component):
         view_now, view = Signal(ConnView), Signal(ConnView)
         read_first = self.lookup_clocks == 2
         through_now = Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)
+        delivers = (syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE)
         m.d.comb += [
             view_now.distance.eq(psn - expected[conn]),
             view_now.in_msg.eq(in_msg[conn]),
@@ -457,9 +449,11 @@ class NetReduceSwitch(wiring.Component):
             view_now.next_seq.eq(next_seq[conn]),
             # an ACK: the PSN it delivers through, and whether that advances its connection
             view_now.through.eq(through_now),
-            view_now.advance.eq(((syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE))
-                                & ~_not_behind(delivered[conn], through_now)
-                                & _not_behind(expected[conn] - 1, through_now)),
+            # (never past the newest result sent toward the responder: "ahead", counted and ignored)
+            view_now.advance.eq(delivers & ~_not_behind(delivered[conn], through_now)
+                                & _not_behind(sent[conn], through_now)),
+            view_now.ahead.eq(delivers & ~_not_behind(delivered[conn], through_now)
+                              & ~_not_behind(sent[conn], through_now)),
         ]
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
         oldest_now = oldest_message_acks(conn_job)
@@ -502,13 +496,14 @@ class NetReduceSwitch(wiring.Component):
             look.full.eq((pk_bitmap[in_slot] | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
             look.rslot.eq(Cat(pk_gen[in_slot], in_slot)),
             look.job_id.eq(job_id[conn_job]), look.seq.eq(view.next_seq),
-            look.through.eq(through), look.advance.eq(advance),
+            look.through.eq(through), look.advance.eq(advance), look.ahead.eq(view.ahead),
             look.releases.eq(look_releases), look.oldest_message.eq(view.oldest_message),
         ]
 
         # the plan of a frame of no connection, from the header being taken: forwarded, or a control frame
         stateless_plan, taking = Signal(Plan), data.View(Matched, matched.r_data)
         m.d.comb += [stateless_plan.control.eq(taking.match.control),
+                     stateless_plan.spoofed.eq(taking.match.spoofed), stateless_plan.stray.eq(taking.match.stray),
                      stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
@@ -528,8 +523,9 @@ class NetReduceSwitch(wiring.Component):
         # the path of the payload while it streams
         forwarding, contributing = Signal(), Signal()
         m.d.comb += [
-            forwarding.eq(~plan.control & (plan.plain | plan.ack | ~plan.data | ~plan.write_op | plan.gap
-                                           | (plan.in_seq & ~plan.seq_ok) | (plan.behind & ~plan.dup_found))),
+            forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray
+                          & (plan.plain | plan.ack | ~plan.data | ~plan.write_op | plan.gap
+                             | (plan.in_seq & ~plan.seq_ok) | (plan.behind & ~plan.dup_found))),
             contributing.eq(~plan.control & ~plan.plain & plan.data & plan.write_op & plan.in_seq
                             & plan.seq_ok & plan.credit_ok & plan.length_ok),
         ]
@@ -608,7 +604,7 @@ class NetReduceSwitch(wiring.Component):
             at = 42 + 4 * vlan
             with m.If(h.vlan_valid == vlan):
                 m.d.comb += [
-                    parsed_request.ok.eq((stream_bytes >= at + 12)
+                    parsed_request.ok.eq((stream_bytes >= at + 12) & (h.udp_len >= 8 + 12)
                                          & (_big_endian(kept_byte, at, 2) == CONTROL_MAGIC)
                                          & (_big_endian(kept_byte, at + 2, 1) == CONTROL_VERSION)
                                          & (_big_endian(kept_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)),
@@ -621,8 +617,11 @@ class NetReduceSwitch(wiring.Component):
         request_j, request_worker = request.j, request.worker
         request_conn = request_j * N + request_worker[:worker_bits]
         request_valid = Signal()       # registered in CONTROL_CHECK
+        # from the worker's requester as bound: its IP, MAC, port and VLAN
         request_found_valid = (request.ok & request.found & (request_worker < job_n[request_j])
-                               & conn_valid[request_conn] & (req_ip[request_conn] == ip_src))
+                               & conn_valid[request_conn] & (req_ip[request_conn] == ip_src)
+                               & (req_mac[request_conn] == h.eth_src) & (req_port[request_conn] == hm.port)
+                               & (req_vlan[request_conn] == Cat(h.vlan_tci[:12], h.vlan_valid)))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
         OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
@@ -643,7 +642,11 @@ class NetReduceSwitch(wiring.Component):
             def decide(kind, reason_name):
                 return [outcome_.eq(OUTCOME[kind]), reason.eq(R[reason_name])]
             dup_length_ok = plan.dup_same_length & ends_at_length
-            with m.If(plan.control):
+            with m.If(plan.spoofed):
+                m.d.comb += decide("DROP", "drop_spoofed")
+            with m.Elif(plan.stray):
+                m.d.comb += decide("DROP", "drop_control")
+            with m.Elif(plan.control):
                 m.d.comb += outcome_.eq(OUTCOME["CHECK"])
             with m.Elif(plan.plain):
                 m.d.comb += decide("FORWARD", "forwarded")
@@ -813,6 +816,8 @@ class NetReduceSwitch(wiring.Component):
                     count("acks_seen")
                     with m.If(plan.advance):
                         m.d.sync += delivered[plan.conn].eq(plan.through)
+                    with m.If(plan.ahead):
+                        count("acks_ahead")
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
                 with m.If((intended == OUTCOME["ACK"]) & releases):
                     m.next = "RELEASE_CHECK"
@@ -835,6 +840,12 @@ class NetReduceSwitch(wiring.Component):
                                      wk_last[entry].eq(psn), in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
                                      next_k[c].eq(next_k[c] + 1)]
                     with m.If(full):
+                        # each worker's result carries its own PSN of this packet slot: its connection's sent
+                        for jj in range(J):
+                            with m.If(j == jj):
+                                for v in range(N):
+                                    own_psn = Mux(w == v, psn, wk_first[(jj * K + k) * N + v] + plan.index)
+                                    m.d.sync += sent[jj * N + v].eq(own_psn)
                         m.d.sync += pk_ready[slot].eq(1)
                         count("results_sent", job_n[j])
                         m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]

@@ -22,7 +22,8 @@ __all__ = [
     "PARSED_HEADER_FIELDS", "PAYLOAD_VERDICT_FIELDS",
     "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES",
     "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType",
-    "PSN_MODULUS", "psn_distance", "RC_WRITE_OPCODES", "AethSyndrome",
+    "PSN_MODULUS", "psn_distance", "MSG_SEQ_MODULUS", "msg_distance", "GAP_PSN_SHIFT",
+    "RC_WRITE_OPCODES", "AethSyndrome",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -256,6 +257,11 @@ class ControlType(IntEnum):
 # --- RC transport rules shared by the endpoints and the switch -------------------------------------------
 
 PSN_MODULUS = 1 << 24
+MSG_SEQ_MODULUS = 1 << 32      # the aggregation header's msg_seq, compared modulo 2^32 like PSNs modulo 2^24
+# A packet after a gap goes on with its PSN this far ahead: the responder still sees a sequence error and
+# NAKs, and a copy that a reordering network delivers late can never become the expected PSN (which would
+# write a raw contribution into the receiver's memory).
+GAP_PSN_SHIFT = 1 << 22
 
 
 def psn_distance(psn, reference):
@@ -279,3 +285,10 @@ class AethSyndrome(IntEnum):
     NAK_INVALID_REQUEST = 0x61
     NAK_REMOTE_ACCESS_ERROR = 0x62
     NAK_REMOTE_OPERATIONAL_ERROR = 0x63
+
+
+def msg_distance(seq, reference):
+    """``seq - reference`` modulo 2^32, as a signed number in [-2^31, 2^31): message sequence numbers
+    compare within half their space, as PSNs do."""
+    d = (seq - reference) % MSG_SEQ_MODULUS
+    return d - MSG_SEQ_MODULUS if d >= MSG_SEQ_MODULUS // 2 else d

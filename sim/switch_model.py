@@ -8,6 +8,12 @@ user runs it to predict what the hardware will do.
 
 Frames are bytes without preamble and FCS, as a MAC delivers them. Parsing and deparsing are those of
 :mod:`netreduce.sim.roce_model`.
+
+Every frame is untrusted (docs/ARCHITECTURE.md, "Trust model"): a frame of a registered connection counts
+only when it is *bound* to it (arrived on the configured port, from the configured MAC and VLAN, to the
+configured destination), an ACK moves a connection's delivered PSN no further than the newest result the
+switch has sent on it, and frames in the switch's own name are dropped. Message sequence numbers are
+compared modulo 2^32 (:func:`netreduce.wire.msg_distance`), PSNs modulo 2^24.
 """
 
 from collections import Counter
@@ -22,43 +28,41 @@ from netreduce.host.protocol import (
     ip_to_int,
     mac_to_int,
     parse_control_payload,
+    udp_payload,
 )
+from netreduce.registers import COUNTERS
 from netreduce.sim.fp import get_format, tree_sum
-from netreduce.sim.roce_model import deparse_frame, parse_frame, verdict_good
+from netreduce.sim.roce_model import deparse_frame, has_udp, parse_frame, verdict_good
 from netreduce.wire import (
     AGG_HEADER_BYTES,
+    CONTROL_PACKET,
     CONTROL_PORT,
+    GAP_PSN_SHIFT,
+    MSG_SEQ_MODULUS,
     PSN_MODULUS,
     RC_WRITE_OPCODES,
     AethSyndrome,
     ControlType,
+    header_bytes,
     psn_distance,
 )
 
 __all__ = ["JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "COUNTERS", "GAP_PSN_SHIFT"]
-
-# Every counter the switch keeps (docs/ARCHITECTURE.md, "Switch behaviour, per received frame").
-COUNTERS = (
-    "frames_in", "frames_out", "forwarded", "aggregated", "results_sent", "duplicates_answered",
-    "duplicates_dropped", "passthrough_gap", "passthrough_stale", "passthrough_sequence",
-    "passthrough_opcode", "drop_bad_icrc", "drop_bad_checksum", "drop_bad_header", "drop_no_credit",
-    "drop_bad_length", "drop_control", "drop_oversize", "credits_sent", "credit_requests", "acks_seen",
-)
 
 _FIRST = {RC_WRITE_OPCODES["FIRST"], RC_WRITE_OPCODES["ONLY"], RC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]}
 _LAST = {RC_WRITE_OPCODES["LAST"], RC_WRITE_OPCODES["LAST_WITH_IMMEDIATE"], RC_WRITE_OPCODES["ONLY"],
          RC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]}
 _WRITES = set(RC_WRITE_OPCODES.values())
 _ACKNOWLEDGE = 0x11
-# A packet after a gap goes on with its PSN this far ahead: the responder still sees a sequence error and
-# NAKs, and a copy that a reordering network delivers late can never become the expected PSN (which would
-# write a raw contribution into the receiver's memory).
-GAP_PSN_SHIFT = 1 << 22
 _ELEMENT_ALIGN = 4      # payload lengths are whole 32-bit words: one binary32 or two 16-bit elements
+_CONTROL_UDP_LEN = 8 + header_bytes(CONTROL_PACKET)     # 20: a UDP length that holds the whole control message
+_VID_MASK = 0xFFF
 
 
 @dataclass(frozen=True)
 class JobConfig:
+    """A job of ``workers`` workers. ``message_slots`` K, a power of two, is the credit window; the job's
+    first message is ``start_msg`` (its sequence numbers go on modulo 2^32)."""
     job: int
     workers: int
     dtype: str = "fp32"
@@ -66,6 +70,7 @@ class JobConfig:
     message_packets: int = 4
     message_slots: int = 4
     ftz: bool = False
+    start_msg: int = 0
 
     def __post_init__(self):
         get_format(self.dtype)      # ValueError naming the formats (the names of wire.DTYPE_CODES)
@@ -76,12 +81,20 @@ class JobConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.mtu % _ELEMENT_ALIGN or self.mtu < AGG_HEADER_BYTES + _ELEMENT_ALIGN:
             raise ValueError(f"mtu {self.mtu} must be a multiple of 4 and at least {AGG_HEADER_BYTES + 4}")
+        if self.message_slots & (self.message_slots - 1):
+            # message s uses slot s mod K: only a power of two keeps that continuous across 2^32
+            raise ValueError(f"message_slots {self.message_slots} is not a power of two")
+        if not 0 <= self.start_msg < MSG_SEQ_MODULUS:
+            raise ValueError(f"start_msg {self.start_msg} does not fit in 32 bits")
 
 
 @dataclass(frozen=True)
 class ConnectionConfig:
     """Worker ``worker`` of ``job``: its requester (on the worker's host) writes to the responder (on the
-    peer host). MACs and IPv4 addresses as strings or ints; QPNs 24 bits."""
+    peer host). MACs and IPv4 addresses as strings or ints; QPNs 24 bits. ``requester_port`` and
+    ``responder_port`` are the switch ports each side's frames arrive on, ``requester_vlan`` and
+    ``responder_vlan`` ``None`` (untagged frames) or the 12-bit VLAN id each side's frames are tagged with:
+    with the MACs and IPv4 addresses they bind the connection's frames to where its hosts are."""
     job: int
     worker: int
     requester_mac: object
@@ -91,6 +104,16 @@ class ConnectionConfig:
     responder_ip: object
     responder_qpn: int
     start_psn: int = 0
+    requester_port: int = 0
+    requester_vlan: int | None = None
+    responder_port: int = 0
+    responder_vlan: int | None = None
+
+    def __post_init__(self):
+        for side in ("requester", "responder"):
+            vlan = getattr(self, f"{side}_vlan")
+            if vlan is not None and not 0 <= vlan <= _VID_MASK:
+                raise ValueError(f"{side}_vlan {vlan} is not a 12-bit VLAN id (or None: untagged)")
 
 
 @dataclass
@@ -113,6 +136,12 @@ class SwitchConfig:
         for port in list(self._forwarding.values()) + [self.default_port]:
             if not 0 <= port < self.ports:
                 raise ValueError(f"port {port} is not one of the {self.ports} ports")
+        for conn in self.connections:
+            for side in ("requester", "responder"):
+                port = getattr(conn, f"{side}_port")
+                if not 0 <= port < self.ports:
+                    raise ValueError(f"job {conn.job} worker {conn.worker}: {side}_port {port} is not one of "
+                                     f"the {self.ports} ports")
 
 
 class _PacketSlot:
@@ -144,13 +173,16 @@ class _Job:
         self.config = config
         self.fmt = get_format(config.dtype)
         self.slots = [_MessageSlot(config) for _ in range(config.message_slots)]
-        self.oldest = 0                         # the oldest message not yet released
+        self.oldest = config.start_msg          # the oldest message not yet released (modulo 2^32)
         self.connections = [None] * config.workers
         self.full = (1 << config.workers) - 1
 
 
 class _Connection:
-    __slots__ = ("config", "job", "worker", "expected", "delivered", "next_seq", "slot")
+    """A connection's state, and its binding: where its data frames (requester) and its ACKs (responder)
+    must come from and go to."""
+    __slots__ = ("config", "job", "worker", "expected", "delivered", "sent", "next_seq", "slot", "requester",
+                 "responder")
 
     def __init__(self, config, job):
         self.config = config
@@ -158,8 +190,42 @@ class _Connection:
         self.worker = config.worker
         self.expected = config.start_psn % PSN_MODULUS
         self.delivered = (config.start_psn - 1) % PSN_MODULUS
-        self.next_seq = 0
+        self.sent = self.delivered          # the PSN of the newest result sent toward the responder
+        self.next_seq = job.config.start_msg
         self.slot = None        # the message slot of the message in progress, None between messages
+        self.requester = _Place(config.requester_mac, config.requester_ip, config.requester_port,
+                                config.requester_vlan)
+        self.responder = _Place(config.responder_mac, config.responder_ip, config.responder_port,
+                                config.responder_vlan)
+
+    def data_bound(self, port, h):
+        """A data frame comes from the requester's place and goes to the responder."""
+        return self.requester.is_source(port, h) and self.responder.is_destination(h)
+
+    def ack_bound(self, port, h):
+        """An ACK or NAK comes from the responder's place and goes to the requester."""
+        return self.responder.is_source(port, h) and self.requester.is_destination(h)
+
+
+class _Place:
+    """A host as the switch knows it: MAC, IPv4 address, the port it is on and its VLAN."""
+    __slots__ = ("mac", "ip", "port", "vlan")
+
+    def __init__(self, mac, ip, port, vlan):
+        self.mac, self.ip, self.port, self.vlan = mac_to_int(mac), ip_to_int(ip), port, vlan
+
+    def is_source(self, port, h):
+        """The frame arrived from here: on this port, from this MAC, in this VLAN (the key or the control
+        check has already matched the source IP)."""
+        if port != self.port or h["eth_src"] != self.mac:
+            return False
+        if self.vlan is None:
+            return not h["vlan_valid"]
+        return bool(h["vlan_valid"]) and h["vlan_tci"] & _VID_MASK == self.vlan
+
+    def is_destination(self, h):
+        """The frame is addressed here: destination MAC and IPv4 address."""
+        return h["eth_dst"] == self.mac and h["ip_dst"] == self.ip
 
 
 class SwitchModel:
@@ -206,19 +272,28 @@ class SwitchModel:
             self.counters["drop_bad_icrc" if not parsed.verdict["icrc_ok"] else "drop_bad_checksum"] += 1
         elif len(parsed.payload) > self.config.max_frame:
             self.counters["drop_oversize"] += 1
-        elif self._is_control(h, parsed.payload):
-            self._control(h, parsed.payload, out)
+        elif h["eth_src"] == self._mac or (h["ip_version"] == 4 and h["ip_src"] == self._ip):
+            self.counters["drop_spoofed"] += 1          # someone speaking in the switch's name
+        elif self._is_control(h):
+            self._control(port, h, parsed.payload, out)
         elif not h["roce"] or h["ip_version"] != 4:
             self._forward(parsed, out)
         else:
             key = (h["ip_src"], h["bth_dest_qp"])
             if h["bth_opcode"] == _ACKNOWLEDGE and key in self._ack:
                 conn = self._ack[key]
-                self._acknowledge(conn, h)
-                self._forward(parsed, out)
-                self._release(conn.job, out)
+                if not conn.ack_bound(port, h):
+                    self.counters["drop_spoofed"] += 1
+                else:
+                    self._acknowledge(conn, h)
+                    self._forward(parsed, out)
+                    self._release(conn.job, out)
             elif key in self._data:
-                self._data_packet(self._data[key], parsed, out)
+                conn = self._data[key]
+                if not conn.data_bound(port, h):
+                    self.counters["drop_spoofed"] += 1
+                else:
+                    self._data_packet(conn, parsed, out)
             else:
                 self._forward(parsed, out)
         self.counters["frames_out"] += len(out)
@@ -239,22 +314,25 @@ class SwitchModel:
 
     # --- control packets ------------------------------------------------------------------------------
 
-    def _is_control(self, h, payload):
-        return (h["ip_version"] == 4 and h["ip_dst"] == self._ip and h["ip_proto"] == 17
-                and h["udp_dport"] == self.config.control_port and not h["roce"])
+    def _is_control(self, h):
+        """IPv4 UDP (a decoded UDP header: not a fragment), not RoCE, to the control port."""
+        return (h["ip_version"] == 4 and has_udp(h) and not h["roce"]
+                and h["udp_dport"] == self.config.control_port)
 
-    def _control(self, h, frame_payload, out):
-        # the parser puts a non-RoCE frame whole into its payload stream: the UDP payload follows 14
-        # (+4 with a VLAN tag) + 20 + 8 bytes of headers
-        start = 14 + 4 * h["vlan_valid"] + 20 + 8
-        message = parse_control_payload(frame_payload[start:])
+    def _control(self, port, h, frame_payload, out):
+        """A control packet: only a CREDIT_REQUEST to the switch from the requester of the worker it names
+        is answered; nothing is forwarded."""
         conn = None
-        if message is not None and message.type == ControlType.CREDIT_REQUEST:
-            job = self.jobs.get(message.job)
-            if job is not None and message.worker < job.config.workers:
-                candidate = job.connections[message.worker]
-                if ip_to_int(candidate.config.requester_ip) == h["ip_src"]:
-                    conn = candidate
+        if h["ip_dst"] == self._ip and h["udp_len"] >= _CONTROL_UDP_LEN:
+            # the parser puts a non-RoCE frame whole into its payload stream; the message ends where the UDP
+            # length says, and a frame too short to hold it holds none
+            message = parse_control_payload(udp_payload(frame_payload, h))
+            if message is not None and message.type == ControlType.CREDIT_REQUEST:
+                job = self.jobs.get(message.job)
+                if job is not None and message.worker < job.config.workers:
+                    candidate = job.connections[message.worker]
+                    if h["ip_src"] == candidate.requester.ip and candidate.requester.is_source(port, h):
+                        conn = candidate
         if conn is None:
             self.counters["drop_control"] += 1
             return
@@ -263,8 +341,8 @@ class SwitchModel:
 
     def _send_credit(self, conn, out):
         job = conn.job
-        allowed = job.oldest + job.config.message_slots - 1
-        message = ControlMessage(ControlType.CREDIT, job.config.job, conn.worker, allowed & 0xFFFFFFFF)
+        allowed = (job.oldest + job.config.message_slots - 1) % MSG_SEQ_MODULUS
+        message = ControlMessage(ControlType.CREDIT, job.config.job, conn.worker, allowed)
         self._emit(build_control_frame(message, src_mac=self._mac, dst_mac=conn.config.requester_mac,
                                        src_ip=self._ip, dst_ip=conn.config.requester_ip,
                                        port=self.config.control_port), out)
@@ -281,10 +359,12 @@ class SwitchModel:
             through = (h["bth_psn"] - 1) % PSN_MODULUS
         else:
             return
-        # only forward progress, and never past what the switch has let through in sequence
-        last_contributed = (conn.expected - 1) % PSN_MODULUS
-        if 0 < psn_distance(through, conn.delivered) and psn_distance(through, last_contributed) <= 0:
-            conn.delivered = through
+        # only forward progress, and never past the newest result the switch has sent
+        if 0 < psn_distance(through, conn.delivered):
+            if psn_distance(through, conn.sent) <= 0:
+                conn.delivered = through
+            else:
+                self.counters["acks_ahead"] += 1
 
     def _release(self, job, out):
         """Release the job's oldest messages while every worker's receiver has them all."""
@@ -300,7 +380,7 @@ class SwitchModel:
                 if psn_distance(conn.delivered, last) < 0:
                     return
             job.slots[job.oldest % job.config.message_slots] = _MessageSlot(job.config)
-            job.oldest += 1
+            job.oldest = (job.oldest + 1) % MSG_SEQ_MODULUS
             for conn in job.connections:
                 self._send_credit(conn, out)
 
@@ -339,7 +419,7 @@ class SwitchModel:
                 return
             k = header.msg_seq % cfg.message_slots
             slot = job.slots[k]
-            in_window = header.msg_seq - job.oldest < cfg.message_slots
+            in_window = (header.msg_seq - job.oldest) % MSG_SEQ_MODULUS < cfg.message_slots
             if not in_window or (slot.busy and slot.seq != header.msg_seq):
                 self.counters["drop_no_credit"] += 1
                 return
@@ -366,12 +446,13 @@ class SwitchModel:
         if opcode in _LAST:
             slot.count[w] = index + 1
             conn.slot = None
-            conn.next_seq += 1
+            conn.next_seq = (conn.next_seq + 1) % MSG_SEQ_MODULUS
         self.counters["aggregated"] += 1
         if packet.bitmap == job.full:
             packet.sum = self._sum(job, packet)
             for v in range(cfg.workers):
                 self._emit(self._result(packet.headers[v], packet.payloads[v], packet.sum, index), out)
+                job.connections[v].sent = packet.headers[v]["bth_psn"]
                 self.counters["results_sent"] += 1
             # the contributions are no longer needed: the sum and the headers answer duplicates
             packet.payloads = [None] * cfg.workers

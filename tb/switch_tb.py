@@ -18,10 +18,8 @@ import cocotb
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
-from netreduce.host.protocol import ip_to_int, mac_to_int
-from netreduce.hw.switch import CSR
+from netreduce.registers import COUNTERS, counter_address, switch_config_writes
 from netreduce.sim.runner import cocotb_params
-from netreduce.sim.switch_model import COUNTERS
 from netreduce.tb.harness_driver import HarnessDriver
 from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
 
@@ -49,40 +47,13 @@ class Registers:
         return self.dut.csr__rdata.value.to_unsigned()
 
     async def counters(self):
-        return {name: await self.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)}
+        return {name: await self.read(counter_address(name)) for name in COUNTERS}
 
     async def configure(self, config, workers, forwarding_entries):
         """Load a ``SwitchConfig`` (jobs by position; connection c = job position * N + worker)."""
-        mac = mac_to_int(config.mac)
-        await self.write(CSR.SWITCH_MAC_LO, mac)
-        await self.write(CSR.SWITCH_MAC_HI, mac >> 32)
-        await self.write(CSR.SWITCH_IP, ip_to_int(config.ip))
-        await self.write(CSR.CONTROL_PORT, config.control_port)
-        await self.write(CSR.DEFAULT_PORT, config.default_port)
         assert len(config.forwarding) <= forwarding_entries, "more MACs than forwarding entries"
-        for e, (mac, port) in enumerate(sorted((mac_to_int(mac), port) for mac, port in config.forwarding.items())):
-            base = CSR.FORWARD_BASE + CSR.FORWARD_STRIDE * e
-            for offset, value in ((CSR.FORWARD_MAC_LO, mac), (CSR.FORWARD_MAC_HI, mac >> 32),
-                                  (CSR.FORWARD_PORT, port), (CSR.FORWARD_ENABLE, 1)):
-                await self.write(base + offset, value)
-        position = {}
-        for j, job in enumerate(config.jobs):
-            position[job.job] = j
-            base = CSR.JOB_BASE + CSR.JOB_STRIDE * j
-            await self.write(base + CSR.JOB_ID, job.job)
-            await self.write(base + CSR.JOB_WORKERS, job.workers)
-            await self.write(base + CSR.JOB_MTU, job.mtu)
-            await self.write(base + CSR.JOB_ENABLE, 1)
-        for conn in config.connections:
-            base = CSR.CONN_BASE + CSR.CONN_STRIDE * (position[conn.job] * workers + conn.worker)
-            mac = mac_to_int(conn.requester_mac)
-            for offset, value in ((CSR.CONN_REQ_MAC_LO, mac), (CSR.CONN_REQ_MAC_HI, mac >> 32),
-                                  (CSR.CONN_REQ_IP, ip_to_int(conn.requester_ip)),
-                                  (CSR.CONN_REQ_QPN, conn.requester_qpn),
-                                  (CSR.CONN_RESP_IP, ip_to_int(conn.responder_ip)),
-                                  (CSR.CONN_RESP_QPN, conn.responder_qpn),
-                                  (CSR.CONN_START_PSN, conn.start_psn), (CSR.CONN_ENABLE, 1)):
-                await self.write(base + offset, value)
+        for address, word in switch_config_writes(config, workers):
+            await self.write(address, word)
 
 
 class TB(StreamTB):
@@ -384,7 +355,7 @@ async def closed_loop(dut):
         jobs=params["job_count"], message_packets=params["message_packets"],
         message_slots=params["message_slots"], seed=params.get("seed", 0), inputs=inputs, faults_up=spec,
         faults_down=spec, width=params["width"], ports=params["ports"], engine=RtlEngine,
-        pcap=params.get("pcap"))
+        start_psn=params.get("start_psn"), start_msg=params.get("start_msg", 0), pcap=params.get("pcap"))
     engine = network.engine
     tb = TB(dut, params)
     await tb.reset()
@@ -417,7 +388,7 @@ async def closed_loop(dut):
             network.status = "timeout"
             break
         await ClockCycles(dut.clk, 4)
-    engine.counters.update({name: await tb.read(CSR.COUNTER_BASE + i) for i, name in enumerate(COUNTERS)})
+    engine.counters.update(await tb.registers.counters())
     summary = network.summary()
     network.close()
     match = network.status == "done"

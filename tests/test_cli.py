@@ -9,6 +9,7 @@ import pytest
 
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.pcap import write_pcap
+from netreduce.registers import ADDRESS_BITS, manifest as register_manifest
 
 from references import capture_files
 
@@ -116,7 +117,8 @@ def test_generate_writes_verilog_and_manifest(tmp_path, width):
         assert ports[f"m_axis__{p}__tkeep"]["width"] == width // 8
         assert ports[f"m_axis__{p}__tready"]["direction"] == "input"
     assert "s_axis__2__tdata" not in ports
-    assert ports["csr__rdata"]["direction"] == "output" and ports["csr__addr"]["width"] == 12
+    assert ports["csr__rdata"]["direction"] == "output" and ports["csr__addr"]["width"] == ADDRESS_BITS
+    assert manifest["registers"] == json.loads(json.dumps(register_manifest(manifest["parameters"])))
     assert manifest["parameters"]["workers"] == 2 and manifest["parameters"]["width"] == width
     for name in ports:
         assert name in verilog

@@ -11,6 +11,7 @@ import pytest
 
 from netreduce.host.icrc import icrc_span
 from netreduce.host.pcap import read_pcapng
+from netreduce.host.protocol import AggHeader
 from netreduce.sim.fp import tree_sum
 from netreduce.sim.roce_model import parse_frame
 
@@ -65,6 +66,24 @@ def test_input_file_round_trip(tmp_path):
     assert json.loads(result.stdout)["match"] is True
     got = np.load(dump)["job0_worker1_result"]
     assert got.dtype == np.float16 and got.tolist() == [1.5, 2.75, 0.0]
+
+
+def test_start_psn_and_start_msg_across_their_wraps(tmp_path):
+    """``--start-psn`` and ``--start-msg`` near 2^24 and 2^32: PSNs and message numbers wrap inside the run
+    (the capture shows both), and the sums are exact."""
+    pcap = tmp_path / "out.pcapng"
+    result = netreduce("simulate", "--workers", "2", "--bytes", "8000", "--mtu", "256", "--start-psn",
+                       str((1 << 24) - 4), "--start-msg", str((1 << 32) - 2), "--pcap", str(pcap))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["match"] is True
+    psns, seqs = set(), set()
+    for record in read_pcapng(pcap):
+        parsed = parse_frame(record.frame)
+        if parsed.header["roce"] and parsed.header["bth_opcode"] in (0x06, 0x0A):      # FIRST, ONLY
+            psns.add(parsed.header["bth_psn"])
+            seqs.add(AggHeader.unpack(parsed.payload).msg_seq)
+    assert (1 << 24) - 4 in psns and min(psns) < 100
+    assert seqs == {((1 << 32) - 2 + i) % (1 << 32) for i in range(8)}      # 8 messages of 1008 bytes
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +153,9 @@ def test_pcap_dissected_by_tshark(faulty_capture):
     (["--workers", "2", "--input", "missing.npz"], "no such file"),
     (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--ports", "5"], "ports must be"),
     (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--message-slots", "3"], "power of two"),
+    (["--workers", "2", "--bytes", "8", "--message-slots", "6"], "power of two"),
+    (["--workers", "2", "--bytes", "8", "--start-psn", str(1 << 24)], "24-bit PSN"),
+    (["--workers", "2", "--bytes", "8", "--start-msg", "-1"], "32-bit message number"),
     (["--workers", "2", "--bytes", "8", "--waves", "out.vcd"], "--engine rtl"),
     (["--workers", "2", "--bytes", "8", "--pcap", "no/such/folder/out.pcapng"], "cannot write"),
 ])

@@ -7,6 +7,7 @@ the one-port scenarios (everything on port 0), and the closed loop on two ports,
 traffic at once.
 """
 
+import functools
 import json
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+from netreduce.host import attacks
+from netreduce.host.attacks import NEAR_WRAP, attacker
 from netreduce.host.faults import FaultSpec
 from netreduce.host.network import build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
@@ -83,7 +86,8 @@ def wrong_aggregation_headers(network):
         header = AggHeader(job=0 if wrong == "job" else 1, msg_seq=state.next_seq + (wrong == "message"),
                            elements=60)
         host.send(build_roce_frame(0x0A, header.pack() + np.full(60, 1e30, np.float32).tobytes(),
-                                   reth=(0, 0, 256), eth_dst=remote.mac, src_ip=worker.host.ip, dst_ip=remote.ip,
+                                   reth=(0, 0, 256), eth_src=worker.host.mac, eth_dst=remote.mac,
+                                   src_ip=worker.host.ip, dst_ip=remote.ip,
                                    dest_qp=remote.qpn, psn=state.expected), network.now)
 
     for time in range(0, 400_000, 5_000):
@@ -132,6 +136,47 @@ def test_credit_violation_spoofing_and_credit_requests_64(tmp_path):
     assert counters["drop_no_credit"] > 0 and counters["credit_requests"] > 0
     assert counters["drop_bad_header"] > 0
     replay(tmp_path, scenario, "fp32x64", idle=0.05, seed=3)
+
+
+def every_attack(network):
+    """All of host.attacks at once: spoofed contributions from attacker 0 (job 0, worker 0) and attacker 1
+    (job 1, worker 1), forged ACKs after every result and ACKs ahead of sent, forged retransmissions to read
+    a sum, forged CREDITs and control packets to hosts, short credit requests, a worker of job 1 ignoring
+    its credits."""
+    for setup in (attacks.spoofed_contributions,
+                  functools.partial(attacks.spoofed_contributions, attacker=1, job=1, worker=1),
+                  attacks.forged_acks, attacks.acks_ahead, attacks.forged_retransmissions,
+                  attacks.forged_credits, attacks.short_credit_requests,
+                  functools.partial(attacks.greedy_worker, job=1, worker=0)):
+        setup(network)
+
+
+def check_attacked(scenario):
+    assert scenario["status"] == "done"
+    counters = scenario["counters"]
+    for name in ("drop_spoofed", "drop_control", "acks_ahead", "drop_no_credit", "aggregated"):
+        assert counters[name] > 0, name          # the scenario reaches these paths
+
+
+def test_attacks_across_2_32_two_ports_64(tmp_path):
+    """The trust boundary (docs: "Trust model") at 64 bits: every attack of host.attacks, attackers on
+    both ports (one beside workers 0 and 2, one beside 1 and 3), faults on both sides, message numbers
+    crossing 2^32; frame for frame and counter for counter against the model."""
+    scenario = record(workers=4, jobs=2, ports=2, nbytes=16000, mtu=512, faults_up=FAULTS, faults_down=FAULTS,
+                      start_msg=NEAR_WRAP, extra_hosts=[attacker(0), attacker(1, index=1)],
+                      credit_timeout_ns=20_000, timeout_ns=100_000, seed=11, setup=every_attack)
+    check_attacked(scenario)
+    replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=11)
+
+
+def test_attacks_same_port_512(tmp_path):
+    """The same at 512 bits on one port: the attackers share the workers' port and differ from a worker
+    only by their MAC (and, for a forged ACK, from the responder only by it)."""
+    scenario = record(workers=3, jobs=2, nbytes=30000, mtu=1024, start_msg=NEAR_WRAP, width=512,
+                      extra_hosts=[attacker(0), attacker(0, index=1)], credit_timeout_ns=20_000, seed=12,
+                      setup=every_attack)
+    check_attacked(scenario)
+    replay(tmp_path, scenario, "fp32x512", idle=0.1, backpressure=0.2, seed=12)
 
 
 def test_two_ports_faults_64(tmp_path):

@@ -29,7 +29,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ...sim.fp import get_format
+from ...formats import get_format
 from .pipeline import choose_cuts, lzc, stream_pipeline, thermometer
 
 __all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", "check_format", "check_int",

@@ -5,7 +5,7 @@ and ``narrow_from_fp32`` (with ``ftz``, as in ``netreduce.sim.fp.tree_sum``).
 
 from amaranth.hdl import Cat, Const, Mux
 
-from ...sim.fp import BF16, FP16, FP32
+from ...formats import BF16, FP16, FP32
 from .adder import check_format
 from .pipeline import choose_cuts, lzc, thermometer
 

@@ -26,7 +26,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ...sim.fp import FP32
+from ...formats import FP32
 from .adder import MAX_ADDER_STAGES, adder_datapath, check_format, check_int, check_lane_width
 from .convert import NARROW_BOUNDARIES, narrow_datapath, widen
 from .pipeline import stream_pipeline

@@ -48,6 +48,7 @@ def port_manifest(component, name):
 
 def run(args):
     from ..hw.switch import NetReduceSwitch
+    from ..registers import manifest as register_manifest
     from ..sim.runner import generate_verilog
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -68,7 +69,7 @@ def run(args):
     generate_verilog(top, TOP_NAME, verilog_path)
     manifest = {**port_manifest(top, TOP_NAME), "width": args.width, "parameters": top.parameters,
                 "verilog": verilog_path.name,
-                "csr": "docs/ARCHITECTURE.md, 'Switch RTL' (word addresses; counters at 0x400 + index)"}
+                "registers": register_manifest(top.parameters)}
     (out / f"{TOP_NAME}.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {verilog_path} and {out / (TOP_NAME + '.json')}")
     return 0

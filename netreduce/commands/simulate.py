@@ -63,7 +63,15 @@ def register(subparsers):
     parser.add_argument("--message-packets", type=_positive, default=4, metavar="M",
                         help="most packets per message (default 4)")
     parser.add_argument("--message-slots", type=_positive, default=4, metavar="K",
-                        help="messages per job in the switch at once: the credit window (default 4)")
+                        help="messages per job in the switch at once: the credit window, a power of two "
+                             "(default 4)")
+    parser.add_argument("--start-psn", type=_bounded(int, 0, (1 << 24) - 1, "is not a 24-bit PSN"), metavar="PSN",
+                        help="first PSN of worker 0's connection; worker w's starts at PSN + 7 w (modulo 2^24) "
+                             "(default: random from --seed)")
+    parser.add_argument("--start-msg", type=_bounded(int, 0, (1 << 32) - 1, "is not a 32-bit message number"),
+                        default=0, metavar="S",
+                        help="every job's first message sequence number; later ones go on modulo 2^32 "
+                             "(default 0)")
     parser.add_argument("--seed", type=int, default=0, metavar="S")
     parser.add_argument("--input", metavar="FILE.npz",
                         help="gradients: one array per worker (in key order); floats are rounded to "
@@ -134,6 +142,8 @@ def run(args):
         nbytes = args.bytes
     if args.mtu * args.message_packets > 1 << 20:
         raise UserError("--mtu times --message-packets must be at most 1 MiB")
+    if args.message_slots & (args.message_slots - 1):
+        raise UserError(f"--message-slots {args.message_slots} is not a power of two")
     if args.waves and args.engine != "rtl":
         raise UserError("--waves needs --engine rtl")
     for path in (args.pcap, args.waves):
@@ -180,7 +190,8 @@ def _run_model(args, nbytes, inputs, spec):
     network, jobs, inputs = build_allreduce(
         workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
         message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
-        faults_up=spec, faults_down=spec, width=args.width, pcap=args.pcap)
+        faults_up=spec, faults_down=spec, width=args.width, start_psn=args.start_psn, start_msg=args.start_msg,
+        pcap=args.pcap)
     total = sum(w.messages for w in network.workers)
     with _Progress(total) as progress:
         try:
@@ -219,8 +230,8 @@ def _run_rtl(args, nbytes, inputs):
                   "job_workers": args.workers, "bytes": nbytes, "mtu": args.mtu, "dtype": args.dtype,
                   "job_count": args.jobs, "message_packets": args.message_packets,
                   "message_slots": args.message_slots, "seed": args.seed, "loss": args.loss, "dup": args.dup,
-                  "reorder": args.reorder, "corrupt": args.corrupt,
-                  "time_limit_ns": int(args.time_limit_ms * 1e6)}
+                  "reorder": args.reorder, "corrupt": args.corrupt, "start_psn": args.start_psn,
+                  "start_msg": args.start_msg, "time_limit_ns": int(args.time_limit_ms * 1e6)}
         if args.pcap:
             params["pcap"] = str(Path(args.pcap).resolve())      # the simulation runs in the build folder
         if inputs is not None:

@@ -1,0 +1,78 @@
+"""The control-register port and its decoder, generated from the one register map (``netreduce.registers``).
+
+``csr_signature()``: ``addr`` (a word address of ``ADDRESS_BITS``), ``wdata``, ``we``, and ``rdata``, which
+shows the read-only register at ``addr`` the clock after (0 elsewhere).
+
+``decode_registers(m, csr, params, targets, readable, transforms=None)`` writes ``targets`` and returns the
+strobes of the ``action`` registers. The design names a target for every writable register of every
+instance and a value for every read-only one; a register of the map that the design does not name, or a
+name that is not in the map, is an error, so the map and the RTL cannot drift apart.
+"""
+
+from amaranth.hdl import Const, Signal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..registers import ADDRESS_BITS, BLOCKS, WORD_BITS, check_map, instances
+
+__all__ = ["csr_signature", "decode_registers"]
+
+
+def csr_signature():
+    """The control-register port as its master sees it."""
+    return wiring.Signature({"addr": Out(ADDRESS_BITS), "wdata": Out(WORD_BITS), "we": Out(1),
+                             "rdata": In(WORD_BITS)})
+
+
+def decode_registers(m, csr, params, targets, readable, transforms=None):
+    """``targets``: ``{"block.register": [value of instance 0, ...]}`` for every ``wo`` and ``action``
+    register; ``readable``: ``{"block.register": value}`` for every ``ro`` register (blocks of one
+    instance); ``transforms``: ``{"block.register": f(wdata) -> value}`` applied to a written word (a
+    register of one word). Returns ``{"block.register": Signal(count)}``, each bit 1 in the clock an
+    instance's ``action`` register is written."""
+    check_map(params)
+    transforms = transforms or {}
+    expected_targets, expected_readable = set(), set()
+    for blk in BLOCKS:
+        for r in blk.registers:
+            (expected_readable if r.access == "ro" else expected_targets).add(f"{blk.name}.{r.name}")
+    for given, expected, kind in ((targets, expected_targets, "writable"), (readable, expected_readable,
+                                                                             "read-only")):
+        if set(given) != expected:
+            raise ValueError(f"the design and the register map disagree on the {kind} registers: "
+                             f"{sorted(set(given) ^ expected)}")
+    strobes = {}
+    with m.If(csr.we):
+        with m.Switch(csr.addr):
+            for blk in BLOCKS:
+                count = instances(blk, params)
+                for r in blk.registers:
+                    key = f"{blk.name}.{r.name}"
+                    if r.access == "ro":
+                        continue
+                    values = targets[key]
+                    if len(values) != count:
+                        raise ValueError(f"{key}: {len(values)} targets for {count} instances")
+                    if r.access == "action":
+                        strobes[key] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
+                    for index, value in enumerate(values):
+                        value = Value.cast(value)
+                        for word in range(r.words):
+                            low = WORD_BITS * word
+                            if low >= len(value):
+                                break
+                            with m.Case(blk.base + blk.stride * index + r.offset + word):
+                                written = transforms[key](csr.wdata) if key in transforms else csr.wdata
+                                m.d.sync += value[low:low + WORD_BITS].eq(written)
+                                if r.access == "action":
+                                    m.d.comb += strobes[key][index].eq(1)
+    read = Const(0, WORD_BITS)
+    with m.Switch(csr.addr):
+        for blk in BLOCKS:
+            for r in blk.registers:
+                if r.access == "ro":
+                    with m.Case(blk.base + r.offset):
+                        m.d.sync += csr.rdata.eq(readable[f"{blk.name}.{r.name}"])
+        with m.Default():
+            m.d.sync += csr.rdata.eq(read)
+    return strobes
