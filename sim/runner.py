@@ -175,14 +175,32 @@ def _cached_verilog(component, name, build_dir, build_params):
     key = hashlib.sha256(json.dumps([_source_digest(), name, build_params], sort_keys=True,
                                     default=str).encode()).hexdigest()
     cached, cached_key = build_dir / "generated.v", build_dir / "generated.key"
+    shared = verilog_cache() / f"{key}.v"
     with open(build_dir / ".generate.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cached_key.exists() and cached_key.read_text() == key and cached.exists():
             return cached.read_text()
-        text = generate_verilog(component, name)
+        if shared.exists():
+            text = shared.read_text()
+        else:
+            text = generate_verilog(component, name)
+            try:
+                shared.parent.mkdir(parents=True, exist_ok=True)
+                partial = shared.with_suffix(f".{os.getpid()}.tmp")
+                partial.write_text(text)
+                partial.replace(shared)         # whole or not at all, whoever writes it
+            except OSError:
+                pass                            # a read-only home: the build folder's copy still serves
         cached.write_text(text)
         cached_key.write_text(key)
     return text
+
+
+def verilog_cache():
+    """Where generated Verilog is kept across checkouts, by the digest of what made it:
+    ``$NETREDUCE_CACHE/verilog`` (default ``~/.cache/netreduce/verilog``), so that a fresh clone with the
+    same source skips Yosys, as ccache lets it skip g++."""
+    return Path(os.environ.get("NETREDUCE_CACHE", Path.home() / ".cache" / "netreduce")) / "verilog"
 
 
 def run_cocotb(component, *, name, test_module, build_params=None, params=None, simulator=None,

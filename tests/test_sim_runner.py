@@ -1,5 +1,6 @@
-"""``run_cocotb``'s waveform option: a build with tracing in a folder of its own, and the waveform moved
-to the path asked for (what ``netreduce simulate --engine rtl --waves FILE`` relies on)."""
+"""``run_cocotb``: the waveform option (a build with tracing in a folder of its own, and the waveform moved
+to the path asked for, what ``netreduce simulate --engine rtl --waves FILE`` relies on), and generated
+Verilog shared across build folders by the digest of its source."""
 
 import pytest
 
@@ -20,3 +21,24 @@ def test_waves_to_a_path(tmp_path):
     assert text.lstrip().startswith("$") and "$var" in text and "$enddefinitions" in text     # a VCD
     (folder,) = (tmp_path / "build" / "fp_adder" / "verilator").iterdir()
     assert folder.name.endswith("-waves") and not (folder / "dump.vcd").exists()
+
+
+def test_generated_verilog_is_shared_across_build_folders(tmp_path, monkeypatch):
+    """A second checkout (another build folder) takes the Verilog from the shared cache, without Yosys;
+    a change of the build parameters does not."""
+    from netreduce.sim import runner
+    monkeypatch.setenv("NETREDUCE_CACHE", str(tmp_path / "cache"))
+    build = {"top": "adder", "fmt": "fp16", "stages": 3}
+    first = tmp_path / "one"
+    first.mkdir()
+    text = runner._cached_verilog(AxisAdder("fp16", stages=3), "fp_adder", first, build)
+    assert "module fp_adder" in text and len(list((tmp_path / "cache" / "verilog").iterdir())) == 1
+
+    def no_yosys(*args, **kwargs):
+        raise AssertionError("generated again")
+    monkeypatch.setattr(runner, "generate_verilog", no_yosys)
+    second = tmp_path / "two"
+    second.mkdir()
+    assert runner._cached_verilog(AxisAdder("fp16", stages=3), "fp_adder", second, build) == text
+    with pytest.raises(AssertionError, match="generated again"):
+        runner._cached_verilog(AxisAdder("fp16", stages=4), "fp_adder", second, {**build, "stages": 4})
