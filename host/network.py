@@ -40,7 +40,7 @@ import numpy as np
 from netreduce.host.faults import FaultInjector, FaultSpec
 from netreduce.host.pcap import INBOUND, OUTBOUND, PcapNgWriter
 from netreduce.host.protocol import parse_control_payload, udp_payload
-from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder
+from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder, SourcePort
 from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dtype
 from netreduce.sim.fp import get_format, random_operands, tree_sum
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
@@ -365,7 +365,8 @@ def expected_sum(job, inputs):
 def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, ports=1, message_packets=4,
                     message_slots=4, seed=0, inputs=None, faults_up=None, faults_down=None, engine=None,
                     width=64, delay_ns=500, timeout_ns=1_000_000, retry_limit=7, max_outstanding=64,
-                    credit_timeout_ns=1_000_000, start_psn=None, start_msg=0, extra_hosts=(), pcap=None):
+                    credit_timeout_ns=1_000_000, start_psn=None, start_msg=0, extra_hosts=(), pcap=None,
+                    class_map=None, source_port=SourcePort.FIXED):
     """Jobs of ``workers`` workers each all-reducing ``nbytes`` bytes, around a switch engine (the golden
     model unless ``engine`` is a factory taking the :class:`SwitchConfig`). ``inputs``: ``{job: array
     (workers, elements)}`` of bit patterns, else random gradients from ``seed``. ``start_psn``: the first PSN
@@ -374,7 +375,9 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     ``w mod ports``, and each connection is bound to its hosts' ports, untagged. ``extra_hosts``:
     ``[(HostAddress, port), ...]``, hosts that carry no worker (``network.extra_hosts``, after the workers'
     in ``network.hosts``), in the forwarding table. ``pcap``: a file to capture every frame in (module
-    documentation). Returns ``(network, jobs, inputs)``."""
+    documentation). ``class_map`` (:class:`netreduce.host.classify.ClassMap`): the workers' RC traffic
+    carries its reliable class in the DSCP; ``source_port``: the queue pairs' UDP source ports
+    (:class:`netreduce.host.rc.SourcePort`). Returns ``(network, jobs, inputs)``."""
     rng = np.random.default_rng(seed)
     fmt = get_format(dtype)
     hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
@@ -419,10 +422,10 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
         requester = RcRequester(Endpoint(sender.address.mac, sender.address.ip, rq),
                                 Endpoint(peer.address.mac, peer.address.ip, rs), start_psn=psn, mtu=mtu,
                                 max_outstanding=max_outstanding, timeout_ns=timeout_ns,
-                                retry_limit=retry_limit)
+                                retry_limit=retry_limit, source_port=source_port)
         responder = RcResponder(Endpoint(peer.address.mac, peer.address.ip, rs),
                                 Endpoint(sender.address.mac, sender.address.ip, rq), start_psn=psn,
-                                mtu=mtu, memory=peer.memory)
+                                mtu=mtu, memory=peer.memory, source_port=source_port)
         sender.requesters[rq] = requester
         peer.responders[rs] = responder
     # the worker on host w sends on its own connection and receives on connection w - 1
@@ -442,7 +445,8 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
                             memory=host.memory, send_va=0x10_0000_0000 * (job.job + 1) + 0x1_0000_0000 * w,
                             send_rkey=0x1000 + rs_out, recv_va=0x10_0000_0000 * (job.job + 1)
                             + 0x1_0000_0000 * ((w - 1) % workers), host=host.address, switch=switch,
-                            control_port=config.control_port, credit_timeout_ns=credit_timeout_ns)
+                            control_port=config.control_port, credit_timeout_ns=credit_timeout_ns,
+                            class_map=class_map)
             host.workers.append(worker)
             network.workers.append(worker)
     return network, job_configs, {job.job: np.asarray(inputs[job.job], dtype=element) for job in job_configs}

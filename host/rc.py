@@ -15,7 +15,11 @@ Interface
 ---------
 ``Endpoint(mac, ip, qpn, udp_sport=0xC000)``
     One side of a connection: MAC (int, 48 bits), IPv4 address (dotted string), QP number (24 bits) and the
-    fixed UDP source port of every frame this side sends (to port 4791).
+    UDP source port of every frame this side sends (to port 4791) with ``source_port=SourcePort.FIXED``.
+
+``SourcePort``: ``FIXED`` (the default), ``PER_QP``, ``PER_PACKET`` (or their values ``"fixed"``,
+``"per_qp"``, ``"per_packet"``): where the UDP source port of a QP's frames comes from (see "Source port").
+``roce_udp_sport(lqpn, rqpn, psn=None)``, ``flow_label(lqpn, rqpn)``, ``flow_label_to_udp_sport(label)``.
 
 ``Memory()``: registered memory regions.
     ``register(va, size, rkey, *, remote_write=True, fill=0) -> Region``, ``deregister(rkey)``,
@@ -23,9 +27,12 @@ Interface
     responder writes into it.
 
 ``RcRequester(local, remote, *, start_psn=0, mtu=1024, max_outstanding=128, timeout_ns=100_000,
-retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64)``
-    - ``post_write(data, *, va, rkey, immediate=None) -> int``: queue an RDMA WRITE; returns its work
-      request id (0, 1, 2, ...).
+retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64, source_port=SourcePort.FIXED)``
+    - ``post_write(data, *, va, rkey, immediate=None, dscp=None) -> int``: queue an RDMA WRITE; returns its
+      work request id (0, 1, 2, ...). ``dscp``: the DSCP of this work request's packets (retransmissions
+      included) instead of the QP's.
+    - ``dscp``, ``source_port``: the QP's DSCP and source-port rule, settable; they apply to the frames
+      built from then on.
     - ``poll(now) -> list[bytes]``: handle an expired retransmission timer, then return the frames to send
       now (new packets and go-back-N retransmissions, in PSN order, within the window). Call it after
       ``post_write``, after ``receive`` and at ``next_timer()``; calling it more often is harmless.
@@ -48,15 +55,30 @@ retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64)
       ``duplicate_naks``, ``rnr_naks_received``, ``dropped``, ``ignored``.
 
 ``RcResponder(local, remote, *, memory, start_psn=0, mtu=1024, ack_coalesce=0, dscp=0, ecn=0,
-pkey=0xFFFF, ttl=64)``
+pkey=0xFFFF, ttl=64, source_port=SourcePort.FIXED)``
     - ``receive(frame, now, parsed=None) -> list[bytes]``: a request frame; returns the ACK/NAK frames to
       send back (``parsed`` as for the requester).
     - ``completions``: deque of delivered messages ``(va, length, immediate or None)``, in order.
     - ``error``: ``None`` or the reason once the QP is in the error state (after a fatal NAK).
+    - ``dscp``, ``source_port``: as for the requester (for its ACKs and NAKs).
     - ``expected_psn``, ``msn``; ``stats``: ``packets_received`` (every frame offered),
       ``packets_accepted``, ``messages_delivered``, ``bytes_written``, ``acks_sent``, ``naks_sent``
       (all codes), ``sequence_naks``, ``duplicates``, ``out_of_sequence``, ``dropped_bad_frame``,
       ``dropped_not_for_qp``, ``dropped_opcode``, ``dropped_error_state``.
+
+Source port
+-----------
+RoCE v2 puts a flow's entropy in the UDP source port, which every ECMP hash reads along with the
+addresses. ``FIXED``: ``local.udp_sport`` on every frame (as before; what the tests' hand-made frames
+expect). ``PER_QP``: the port Linux gives an RC QP with no flow label (``rdma_get_udp_sport``, which NIC
+drivers share): ``flow_label(lqpn, rqpn)`` folds the 48-bit product of the two QPNs to 20 bits (``v ^= v >>
+20; v ^= v >> 40``), and ``flow_label_to_udp_sport`` folds those to 14 bits (low 14 bits XOR the high 6)
+in 0xC000..0xFFFF. It is stable for the QP and the same on both sides of the connection (ACKs follow the
+requests' path); the addresses are left out as Linux leaves them out, since the 5-tuple hash has them
+already. ``PER_PACKET``: the flow label of the QPs XOR the PSN's Fibonacci hash (the high 20 bits of
+``psn * 0x9E3779B1`` modulo 2^32), folded the same way: a new port, so a new path, per packet, and the
+same one when a PSN is sent again. It is meant for traffic whose packets do not depend on their order (the
+bounded-loss class, sprayed across paths): on RC, packets that overtake each other cost go-back-N.
 
 PSNs are 24-bit and wrap; two PSNs compare by their distance modulo 2^24, "ahead" meaning a distance below
 2^23. The requester keeps at most ``max_outstanding`` (< 2^23) unacknowledged packets.
@@ -124,6 +146,7 @@ Choices the IBA leaves open (or that this model makes)
 - The IPv4 header has DF set, identification 0, TTL ``ttl``; the UDP checksum is 0.
 """
 
+import enum
 import ipaddress
 from collections import deque
 from dataclasses import dataclass
@@ -132,7 +155,8 @@ from netreduce.sim.roce_model import deparse_frame, empty_header, parse_frame
 from netreduce.wire import ETHERTYPE_IPV4, ROCE_UDP_PORT
 
 __all__ = [
-    "Endpoint", "Memory", "Region", "RcRequester", "RcResponder",
+    "Endpoint", "Memory", "Region", "RcRequester", "RcResponder", "SourcePort", "roce_udp_sport", "flow_label",
+    "flow_label_to_udp_sport",
     "PSN_MOD", "psn_add", "psn_distance",
     "RDMA_WRITE_FIRST", "RDMA_WRITE_MIDDLE", "RDMA_WRITE_LAST", "RDMA_WRITE_LAST_IMM", "RDMA_WRITE_ONLY",
     "RDMA_WRITE_ONLY_IMM", "ACKNOWLEDGE", "ACK_SYNDROME", "NAK_SEQUENCE_ERROR", "NAK_INVALID_REQUEST",
@@ -208,6 +232,43 @@ class Endpoint:
     @property
     def ip_int(self):
         return int(ipaddress.IPv4Address(self.ip))
+
+
+# --- source port -----------------------------------------------------------------------------------------
+
+class SourcePort(enum.Enum):
+    """Where the UDP source port of a QP's frames comes from (module docstring, "Source port")."""
+    FIXED = "fixed"
+    PER_QP = "per_qp"
+    PER_PACKET = "per_packet"
+
+
+_FLOW_LABEL_MASK = (1 << 20) - 1
+_ENTROPY_PORT_MIN = 0xC000
+
+
+def flow_label(lqpn, rqpn):
+    """Linux's ``rdma_calc_flow_label``: the 20-bit flow label of a connection between QPNs ``lqpn`` and
+    ``rqpn`` (symmetric in the two)."""
+    v = lqpn * rqpn
+    v ^= v >> 20
+    v ^= v >> 40
+    return v & _FLOW_LABEL_MASK
+
+
+def flow_label_to_udp_sport(label):
+    """Linux's ``rdma_flow_label_to_udp_sport``: a 20-bit flow label folded into 0xC000..0xFFFF."""
+    low = (label & 0x3FFF) ^ ((label & 0xFC000) >> 14)
+    return low | _ENTROPY_PORT_MIN
+
+
+def roce_udp_sport(lqpn, rqpn, psn=None):
+    """The UDP source port of a connection between QPNs ``lqpn`` and ``rqpn``: per QP, or with ``psn`` the
+    port of that packet (module docstring, "Source port")."""
+    label = flow_label(lqpn, rqpn)
+    if psn is not None:
+        label ^= ((psn * 0x9E3779B1) & 0xFFFFFFFF) >> 12
+    return flow_label_to_udp_sport(label)
 
 
 # --- memory ----------------------------------------------------------------------------------------------
@@ -286,8 +347,13 @@ def _template(local, remote, *, dscp, ecn, pkey, ttl):
     return h
 
 
-def _build(template, opcode, psn, payload=b"", *, ack_req=0, reth=None, immdt=None, aeth=None):
+def _build(template, opcode, psn, payload=b"", *, ack_req=0, reth=None, immdt=None, aeth=None, dscp=None,
+           sport=None):
     h = template.copy()
+    if dscp is not None:
+        h["ip_dscp"] = dscp
+    if sport is not None:
+        h["udp_sport"] = sport
     ext = 0
     h["bth_opcode"] = opcode
     h["bth_psn"] = psn
@@ -312,6 +378,41 @@ def _build(template, opcode, psn, payload=b"", *, ack_req=0, reth=None, immdt=No
     h["ip_len"] = ip_len
     h["udp_len"] = ip_len - 20
     return deparse_frame(h, payload)
+
+
+class _Sender:
+    """What the requester and the responder share: the frame template, with the QP's DSCP and source port."""
+
+    def _init_sender(self, local, remote, *, dscp, ecn, pkey, ttl, source_port):
+        self.local, self.remote = local, remote
+        self._template = _template(local, remote, dscp=dscp, ecn=ecn, pkey=pkey, ttl=ttl)
+        self.source_port = source_port
+
+    @property
+    def dscp(self):
+        """The DSCP of this QP's frames (a work request posted with its own overrides it)."""
+        return self._template["ip_dscp"]
+
+    @dscp.setter
+    def dscp(self, value):
+        self._template["ip_dscp"] = _check_int("dscp", value, 6)
+
+    @property
+    def source_port(self):
+        """The :class:`SourcePort` rule of this QP's frames."""
+        return self._source_port
+
+    @source_port.setter
+    def source_port(self, rule):
+        rule = SourcePort(rule)
+        self._source_port = rule
+        self._template["udp_sport"] = (self.local.udp_sport if rule is SourcePort.FIXED
+                                       else roce_udp_sport(self.local.qpn, self.remote.qpn))
+
+    def _frame(self, opcode, psn, payload=b"", **fields):
+        if self._source_port is SourcePort.PER_PACKET:
+            fields["sport"] = roce_udp_sport(self.local.qpn, self.remote.qpn, psn)
+        return _build(self._template, opcode, psn, payload, **fields)
 
 
 class _Filter:
@@ -341,9 +442,9 @@ class _Filter:
 # --- requester -------------------------------------------------------------------------------------------
 
 class _WorkRequest:
-    __slots__ = ("wr_id", "data", "va", "rkey", "immediate", "first_psn", "npkts")
+    __slots__ = ("wr_id", "data", "va", "rkey", "immediate", "first_psn", "npkts", "dscp")
 
-    def __init__(self, wr_id, data, va, rkey, immediate, first_psn, npkts):
+    def __init__(self, wr_id, data, va, rkey, immediate, first_psn, npkts, dscp):
         self.wr_id = wr_id
         self.data = data
         self.va = va
@@ -351,13 +452,15 @@ class _WorkRequest:
         self.immediate = immediate
         self.first_psn = first_psn
         self.npkts = npkts
+        self.dscp = dscp
 
 
-class RcRequester:
+class RcRequester(_Sender):
     """The sending side of an RC connection (RDMA WRITE), driven by ``poll``/``receive`` with explicit time."""
 
     def __init__(self, local, remote, *, start_psn=0, mtu=1024, max_outstanding=128, timeout_ns=100_000,
-                 retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64):
+                 retry_limit=7, rnr_retry=7, ack_req_every=0, dscp=0, ecn=0, pkey=0xFFFF, ttl=64,
+                 source_port=SourcePort.FIXED):
         _check_int("start_psn", start_psn, 24)
         if not isinstance(mtu, int) or mtu <= 0 or mtu % 4:
             raise ValueError(f"mtu must be a positive multiple of 4, not {mtu!r}")
@@ -365,14 +468,13 @@ class RcRequester:
             raise ValueError(f"max_outstanding must be in 1..2^23-1, not {max_outstanding!r}")
         if timeout_ns <= 0 or retry_limit < 0 or rnr_retry < 0 or ack_req_every < 0:
             raise ValueError("timeout_ns must be positive; retry_limit, rnr_retry, ack_req_every >= 0")
-        self.local, self.remote = local, remote
+        self._init_sender(local, remote, dscp=dscp, ecn=ecn, pkey=pkey, ttl=ttl, source_port=source_port)
         self.mtu = mtu
         self.max_outstanding = max_outstanding
         self.timeout_ns = timeout_ns
         self.retry_limit = retry_limit
         self.rnr_retry = rnr_retry
         self.ack_req_every = ack_req_every
-        self._template = _template(local, remote, dscp=dscp, ecn=ecn, pkey=pkey, ttl=ttl)
         self._filter = _Filter(local, remote, pkey)
         self.completions = deque()
         self.failed = []
@@ -395,14 +497,17 @@ class RcRequester:
 
     # -- posting ------------------------------------------------------------------------------------------
 
-    def post_write(self, data, *, va, rkey, immediate=None):
-        """Queue an RDMA WRITE of ``data`` to ``va`` under ``rkey``; returns the work request id."""
+    def post_write(self, data, *, va, rkey, immediate=None, dscp=None):
+        """Queue an RDMA WRITE of ``data`` to ``va`` under ``rkey``; returns the work request id. ``dscp``:
+        the DSCP of its packets, instead of the QP's."""
         data = bytes(data)
         _check_int("va", va, 64)
         _check_int("rkey", rkey, 32)
         _check_int("dma length", len(data), 32)
         if immediate is not None:
             _check_int("immediate", immediate, 32)
+        if dscp is not None:
+            _check_int("dscp", dscp, 6)
         wr_id = self._next_wr_id
         self._next_wr_id += 1
         if self.error is not None:
@@ -412,7 +517,7 @@ class RcRequester:
         queued = psn_distance(self._alloc, self._sq[0].first_psn) if self._sq else 0
         if queued + npkts >= _PSN_HALF:
             raise ValueError("send queue full: more than 2^23 packets would be pending")
-        self._sq.append(_WorkRequest(wr_id, data, va, rkey, immediate, self._alloc, npkts))
+        self._sq.append(_WorkRequest(wr_id, data, va, rkey, immediate, self._alloc, npkts, dscp))
         self._alloc = psn_add(self._alloc, npkts)
         return wr_id
 
@@ -498,8 +603,8 @@ class RcRequester:
             opcode = RDMA_WRITE_MIDDLE
         reth = (wr.va, wr.rkey, len(wr.data)) if k == 0 else None
         immdt = imm if k == n - 1 else None
-        return _build(self._template, opcode, psn, payload, ack_req=1 if ack_req else 0, reth=reth,
-                      immdt=immdt)
+        return self._frame(opcode, psn, payload, ack_req=1 if ack_req else 0, reth=reth, immdt=immdt,
+                           dscp=wr.dscp)
 
     # -- receiving ------------------------------------------------------------------------------------------
 
@@ -623,21 +728,20 @@ class RcRequester:
 
 # --- responder -------------------------------------------------------------------------------------------
 
-class RcResponder:
+class RcResponder(_Sender):
     """The receiving side of an RC connection (RDMA WRITE into a :class:`Memory`)."""
 
     def __init__(self, local, remote, *, memory, start_psn=0, mtu=1024, ack_coalesce=0, dscp=0, ecn=0,
-                 pkey=0xFFFF, ttl=64):
+                 pkey=0xFFFF, ttl=64, source_port=SourcePort.FIXED):
         _check_int("start_psn", start_psn, 24)
         if not isinstance(mtu, int) or mtu <= 0 or mtu % 4:
             raise ValueError(f"mtu must be a positive multiple of 4, not {mtu!r}")
         if ack_coalesce < 0:
             raise ValueError("ack_coalesce must be >= 0")
-        self.local, self.remote = local, remote
+        self._init_sender(local, remote, dscp=dscp, ecn=ecn, pkey=pkey, ttl=ttl, source_port=source_port)
         self.memory = memory
         self.mtu = mtu
         self.ack_coalesce = ack_coalesce
-        self._template = _template(local, remote, dscp=dscp, ecn=ecn, pkey=pkey, ttl=ttl)
         self._filter = _Filter(local, remote, pkey)
         self.expected_psn = start_psn
         self.msn = 0
@@ -656,7 +760,7 @@ class RcResponder:
             self.stats["naks_sent"] += 1
         else:
             self.stats["acks_sent"] += 1
-        return _build(self._template, ACKNOWLEDGE, psn, aeth=(syndrome, self.msn))
+        return self._frame(ACKNOWLEDGE, psn, aeth=(syndrome, self.msn))
 
     def _fatal(self, syndrome, reason):
         self.error = reason

@@ -16,6 +16,9 @@ connection ``w - 1``, into which the switch delivers the sums (docs/ARCHITECTURE
   IPv4 address and control port: anyone can send one, and a forged CREDIT would let the worker overrun
   the switch's window. While it waits for a credit, it sends a CREDIT_REQUEST every
   ``credit_timeout_ns``, so that a lost CREDIT cannot stall it for ever.
+- **Class.** With a ``class_map`` (:class:`netreduce.host.classify.ClassMap`), every frame of the worker's
+  two queue pairs, its messages and the ACKs of its results, carries the map's reliable DSCP (the worker
+  sets both QPs' ``dscp``); without one, the QPs keep the DSCP they were built with.
 - **Results.** Each message that the responder delivers is read back from the receive buffer, its
   aggregation header checked (job, and the sequence number of the message at that place) and skipped, and
   its elements stored at their place in ``result``.
@@ -58,7 +61,7 @@ class Worker:
     """One worker of one job. ``tensor`` holds element bit patterns (see :func:`tensor_dtype`)."""
 
     def __init__(self, job, index, tensor, *, requester, responder, memory, send_va, send_rkey, recv_va,
-                 host, switch, control_port, priority=0, credit_timeout_ns=50_000):
+                 host, switch, control_port, priority=0, credit_timeout_ns=50_000, class_map=None):
         self.job, self.index = job, index
         self.tensor = np.ascontiguousarray(tensor, dtype=tensor_dtype(job.dtype))
         self.requester, self.responder, self.memory = requester, responder, memory
@@ -66,6 +69,9 @@ class Worker:
         self.host, self.switch, self.control_port = host, switch, control_port
         self.priority = priority
         self.credit_timeout_ns = credit_timeout_ns
+        self.class_map = class_map
+        if class_map is not None:
+            requester.dscp = responder.dscp = class_map.reliable
         self.layout = message_layout(job, len(self.tensor))
         self.stride = job.message_packets * job.mtu
         self.allowed = (job.start_msg + job.message_slots - 1) % MSG_SEQ_MODULUS   # the highest msg_seq allowed

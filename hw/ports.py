@@ -4,16 +4,21 @@
 ``o``, a whole frame at a time: a port that holds the stream keeps it until its frame's ``last`` beat;
 between frames the next port with a valid beat is taken, round robin from the port after the last
 one served, so that no port starves. The chosen port's beat goes through in the same clock (no added
-latency, one beat per clock); ``port`` shows the port of the beat on ``o``.
+latency, one beat per clock); ``port`` shows the port of the beat on ``o``, and ``frame_port`` gives
+the port of each frame, one entry per frame in the order of ``o`` (for its header's connection match,
+which comes after the frame's first beat): with P > 1 a FIFO of ``FRAME_PORTS_DEPTH`` written at each
+first beat (a frame waits to start while it is full), with P = 1 always 0.
 
 ``FrameRouter(width, ports)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's first
 beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of the
 frame follows. One beat per clock; a port that is not ready holds the stream (the frames behind wait).
 """
 
-from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from .fp.adder import check_int
 from .stream import frame_stream
@@ -21,6 +26,7 @@ from .stream import frame_stream
 __all__ = ["FrameArbiter", "FrameRouter", "MAX_PORTS", "check_ports"]
 
 MAX_PORTS = 4
+FRAME_PORTS_DEPTH = 32      # frames between the arbiter and their headers' match: more than the parser holds
 
 
 def check_ports(ports):
@@ -34,6 +40,7 @@ class FrameArbiter(wiring.Component):
             "i": In(frame_stream(width)).array(ports),
             "o": Out(frame_stream(width)),
             "port": Out(range(ports)),
+            "frame_port": Out(stream.Signature(max(1, ceil_log2(ports)))),
         })
 
     def elaborate(self, platform):
@@ -50,10 +57,21 @@ class FrameArbiter(wiring.Component):
                 for start in range(P):
                     with m.If((after == start) & self.i[(start + offset) % P].valid):
                         m.d.comb += chosen.eq((start + offset) % P)
+        # a frame starts only while its port can be noted
+        if P > 1:
+            m.submodules.frame_ports = frame_ports = SyncFIFOBuffered(width=len(self.frame_port.payload),
+                                                                      depth=FRAME_PORTS_DEPTH)
+            may_go = holding | frame_ports.w_rdy
+            m.d.comb += [frame_ports.w_en.eq(self.o.valid & self.o.ready & ~holding), frame_ports.w_data.eq(chosen),
+                         self.frame_port.valid.eq(frame_ports.r_rdy), self.frame_port.payload.eq(frame_ports.r_data),
+                         frame_ports.r_en.eq(self.frame_port.ready)]
+        else:
+            may_go = Const(1)
+            m.d.comb += [self.frame_port.valid.eq(1), self.frame_port.payload.eq(0)]
         for p in range(P):
             with m.If(chosen == p):
-                m.d.comb += [self.o.valid.eq(self.i[p].valid), self.o.payload.eq(self.i[p].payload),
-                             self.i[p].ready.eq(self.o.ready)]
+                m.d.comb += [self.o.valid.eq(self.i[p].valid & may_go), self.o.payload.eq(self.i[p].payload),
+                             self.i[p].ready.eq(self.o.ready & may_go)]
         m.d.comb += self.port.eq(chosen)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += [holding.eq(~self.o.payload.last), owner.eq(chosen)]

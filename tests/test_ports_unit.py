@@ -12,7 +12,7 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.sim import Simulator
 
-from netreduce.hw.ports import FrameArbiter, FrameRouter
+from netreduce.hw.ports import FRAME_PORTS_DEPTH, FrameArbiter, FrameRouter
 
 WIDTH = 64
 
@@ -70,6 +70,13 @@ def frames_of(beats):
     return frames
 
 
+def drain_frame_ports(dut):
+    """A reader that takes every frame's port as it comes."""
+    async def bench(ctx):
+        ctx.set(dut.frame_port.ready, 1)
+    return bench
+
+
 @pytest.mark.parametrize("ports", [1, 2, 3, 4])
 @pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.0), (0.2, 0.4)])
 def test_arbiter_whole_frames_in_order(ports, idle, backpressure):
@@ -78,13 +85,42 @@ def test_arbiter_whole_frames_in_order(ports, idle, backpressure):
     offered = [random_frames(rng, 30, p) for p in range(ports)]
     taken = []
     run(dut, [source(dut.i[p], offered[p], random.Random(rng.random()), idle) for p in range(ports)]
-        + [sink(dut.o, random.Random(rng.random()), backpressure, taken, dut.port)])
+        + [sink(dut.o, random.Random(rng.random()), backpressure, taken, dut.port), drain_frame_ports(dut)])
     frames = frames_of(taken)
     assert sorted(map(tuple, frames)) == sorted(tuple(f) for port in offered for f in port)
     for p in range(ports):
         assert [f for f in frames if f[0] >> 56 == p] == offered[p]          # each port in order
     for data, _, port in taken:
         assert data >> 56 == port                                              # port names the source
+
+
+@pytest.mark.parametrize("ports", [1, 3])
+def test_arbiter_notes_each_frames_port_in_order(ports):
+    """``frame_port`` gives one entry per frame, its port, in the order of the frames on ``o``; read
+    slowly (as headers come), it holds them, and a frame waits to start while it is full."""
+    rng = random.Random(11 + ports)
+    dut = FrameArbiter(WIDTH, ports)
+    offered = [random_frames(rng, 3 * FRAME_PORTS_DEPTH, p) for p in range(ports)]
+    taken, noted = [], []
+
+    async def read_ports(ctx):
+        ctx.set(dut.frame_port.ready, 0)
+        for _ in range(40 * FRAME_PORTS_DEPTH):     # fill it first: the frames must wait
+            await ctx.tick()
+        async for _, _, valid, ready, payload in ctx.tick().sample(dut.frame_port.valid, dut.frame_port.ready,
+                                                                    dut.frame_port.payload):
+            if valid and ready:
+                noted.append(payload)
+            ctx.set(dut.frame_port.ready, rng.random() < 0.5)
+
+    run(dut, [source(dut.i[p], offered[p], random.Random(rng.random()), 0.1) for p in range(ports)]
+        + [sink(dut.o, random.Random(rng.random()), 0.1, taken), read_ports], clocks=20000)
+    frames = frames_of(taken)
+    assert len(frames) == ports * 3 * FRAME_PORTS_DEPTH
+    if ports > 1:
+        assert noted == [f[0] >> 56 for f in frames]
+    else:
+        assert set(noted) == {0}
 
 
 def test_arbiter_round_robin_and_line_rate():
@@ -101,8 +137,8 @@ def test_arbiter_round_robin_and_line_rate():
             if valid and ready:
                 clocks.append(cycle)
 
-    run(dut, [source(dut.i[p], offered[p], rng, 0.0) for p in range(3)] + [sink(dut.o, rng, 0.0, taken), count],
-        clocks=2000)
+    run(dut, [source(dut.i[p], offered[p], rng, 0.0) for p in range(3)]
+        + [sink(dut.o, rng, 0.0, taken), count, drain_frame_ports(dut)], clocks=2000)
     frames = frames_of(taken)
     assert [f[0] >> 56 for f in frames] == [n % 3 for n in range(60)]
     assert clocks[-1] - clocks[0] + 1 == len(clocks)                          # no bubble

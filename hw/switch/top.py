@@ -51,8 +51,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..registers import COUNTERS, SWITCH
-from ..wire import (
+from ...registers import COUNTERS
+from ...wire import (
     AGG_MAGIC,
     AGG_VERSION,
     BTH,
@@ -69,13 +69,15 @@ from ..wire import (
     ControlType,
     header_bytes,
 )
-from .csr import csr_signature, decode_registers
-from .deparser import RoceDeparser, lanes_below
-from .fp.adder import check_int
-from .parser import RoceParser
-from .ports import FrameArbiter, FrameRouter, check_ports
-from .slots import SlotMemory
-from .stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
+from ..csr import csr_signature
+from ..deparser import RoceDeparser, lanes_below
+from ..fp.adder import check_int
+from ..parser import RoceParser
+from ..ports import FrameArbiter, FrameRouter, check_ports
+from ..slots import SlotMemory
+from ..stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
+from .match import ConnectionMatch
+from .registers import SwitchRegisters
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
 
@@ -185,53 +187,44 @@ class NetReduceSwitch(wiring.Component):
         for p in range(self.ports):
             axis_to_frames(m, self.s_axis[p], arbiter.i[p])
             frames_to_axis(m, router.o[p], self.m_axis[p])
-        # the ingress port of each frame, in frame order, for its header's connection match (a frame's header
-        # leaves the parser after its first beat entered it): written at each first beat, read with the header
-        port_bits = max(1, ceil_log2(self.ports))
-        if self.ports > 1:
-            m.submodules.ingress_ports = ingress_ports = SyncFIFOBuffered(width=port_bits, depth=32)
-            inside = Signal()           # past a frame's first beat on the parser's input
-            room_for_port = inside | ingress_ports.w_rdy
-            m.d.comb += [parser.i.valid.eq(arbiter.o.valid & room_for_port), parser.i.payload.eq(arbiter.o.payload),
-                         arbiter.o.ready.eq(parser.i.ready & room_for_port),
-                         ingress_ports.w_data.eq(arbiter.port),
-                         ingress_ports.w_en.eq(parser.i.valid & parser.i.ready & ~inside)]
-            with m.If(parser.i.valid & parser.i.ready):
-                m.d.sync += inside.eq(~arbiter.o.payload.last)
-            arriving_port, arriving_port_ready = ingress_ports.r_data, ingress_ports.r_rdy
-        else:
-            wiring.connect(m, arbiter.o, parser.i)
-            arriving_port, arriving_port_ready = Const(0, port_bits), Const(1)
+        wiring.connect(m, arbiter.o, parser.i)
         wiring.connect(m, deparser.o, router.i)
 
-        # --- configuration and state ----------------------------------------------------------------------
+        # --- configuration (SwitchRegisters) and state ---------------------------------------------------------
+        m.submodules.registers = regs = SwitchRegisters(jobs=J, workers=N, forwarding_entries=self.forwarding_entries,
+                                                        mtu=self.mtu, increment_bits=(N + 1).bit_length())
+        wiring.connect(m, wiring.flipped(self.csr), regs.csr)
+
         def registers(count, shape, name):
             return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
 
-        sw_mac, sw_ip = Signal(48), Signal(32)
-        default_port = Signal(8)
+        def field(entries, count, *path):
+            values = []
+            for i in range(count):
+                value = entries[i]
+                for name in path:
+                    value = value[name]
+                values.append(value)
+            return Array(values)
+
+        sw_mac, sw_ip, ctl_port = regs.switch.mac, regs.switch.ip, regs.switch.control_port
         E = self.forwarding_entries
-        fwd_mac, fwd_port = registers(E, 48, "fwd_mac"), registers(E, 8, "fwd_port")
-        fwd_valid = registers(E, 1, "fwd_valid")
         # the forwarding table, on the destination MAC in the first six bytes of each frame out
         destination_mac = Cat(*[deparser.o.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
-        m.d.comb += router.destination.eq(default_port)
-        for e in reversed(range(self.forwarding_entries)):
-            with m.If(fwd_valid[e] & (fwd_mac[e] == destination_mac)):
-                m.d.comb += router.destination.eq(fwd_port[e])
-        ctl_port = Signal(16, init=SWITCH.register("control_port").init)
-        job_valid, job_id = registers(J, 1, "job_valid"), registers(J, 16, "job_id")
-        job_n, job_oldest = registers(J, worker_bits + 1, "job_n"), registers(J, 32, "job_oldest")
-        job_mtu = Array(Signal(13, name=f"job_mtu_{j}", init=self.mtu) for j in range(J))
-        job_start_msg = registers(J, 32, "job_start_msg")
-        conn_valid = registers(C, 1, "conn_valid")
-        req_mac, req_ip, req_qpn = registers(C, 48, "req_mac"), registers(C, 32, "req_ip"), registers(C, 24, "req_qpn")
-        resp_ip, resp_qpn = registers(C, 32, "resp_ip"), registers(C, 24, "resp_qpn")
-        # the binding: where each direction of a connection lives (port, source MAC, VLAN)
-        req_port, resp_port = registers(C, 8, "req_port"), registers(C, 8, "resp_port")
-        req_vlan, resp_vlan = registers(C, 13, "req_vlan"), registers(C, 13, "resp_vlan")
-        resp_mac = registers(C, 48, "resp_mac")
-        start_psn = registers(C, 24, "start_psn")
+        m.d.comb += router.destination.eq(regs.switch.default_port)
+        for e in reversed(range(E)):
+            entry = regs.forwarding[e]
+            with m.If(entry.valid & (entry.mac == destination_mac)):
+                m.d.comb += router.destination.eq(entry.port)
+        job_valid, job_id = field(regs.jobs, J, "valid"), field(regs.jobs, J, "id")
+        job_n, job_mtu = field(regs.jobs, J, "workers"), field(regs.jobs, J, "mtu")
+        job_start_msg = field(regs.jobs, J, "start_msg")
+        job_oldest = registers(J, 32, "job_oldest")
+        conn_valid, start_psn = field(regs.connections, C, "valid"), field(regs.connections, C, "start_psn")
+        req_mac, req_ip = field(regs.connections, C, "requester", "mac"), field(regs.connections, C, "requester", "ip")
+        req_qpn, resp_qpn = field(regs.connections, C, "requester_qpn"), field(regs.connections, C, "responder_qpn")
+        req_port, req_vlan = (field(regs.connections, C, "requester", "port"),
+                              field(regs.connections, C, "requester", "vlan"))
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
@@ -252,45 +245,21 @@ class NetReduceSwitch(wiring.Component):
         for i in range(J * K):
             m.d.sync += msg_unsent[i].eq(msg_unsent[i] + (unsent_add & (unsent_add_at == i))
                                          - (unsent_sub & (unsent_sub_at == i)))
-        counters = {name: Signal(32, name=f"count_{name}") for name in COUNTERS}
-
-        # each counter adds, a clock after the event, what the event's clock set (nothing reads a counter
-        # sooner than the control registers do): the commit's decision does not run into 32-bit adders
-        counted = {name: Signal(range(N + 2), name=f"counted_{name}") for name in COUNTERS}
-        for name in COUNTERS:
-            m.d.sync += [counters[name].eq(counters[name] + counted[name]), counted[name].eq(0)]
-
+        # each counter grows by what its event's clock sets (SwitchRegisters adds it a clock later)
         def count(name, amount=1):
-            m.d.sync += counted[name].eq(amount)
+            m.d.comb += regs.increments[name].eq(amount)
 
         def workers_mask(j):
             return Cat(*[Const(w) < job_n[j] for w in range(N)])
 
-        # --- control registers (the map: netreduce.registers) ---------------------------------------------------
-        strobes = decode_registers(m, self.csr, self.parameters, targets={
-            "switch.mac": [sw_mac], "switch.ip": [sw_ip], "switch.control_port": [ctl_port],
-            "switch.default_port": [default_port],
-            "job.id": list(job_id), "job.workers": list(job_n), "job.enable": list(job_valid),
-            "job.mtu": list(job_mtu), "job.start_msg": list(job_start_msg),
-            "forwarding.mac": list(fwd_mac), "forwarding.port": list(fwd_port), "forwarding.enable": list(fwd_valid),
-            "connection.requester_mac": list(req_mac), "connection.requester_ip": list(req_ip),
-            "connection.requester_qpn": list(req_qpn), "connection.requester_port": list(req_port),
-            "connection.requester_vlan": list(req_vlan),
-            "connection.responder_mac": list(resp_mac), "connection.responder_ip": list(resp_ip),
-            "connection.responder_qpn": list(resp_qpn), "connection.responder_port": list(resp_port),
-            "connection.responder_vlan": list(resp_vlan),
-            "connection.start_psn": list(start_psn), "connection.enable": list(conn_valid),
-        }, readable={f"counters.{name}": counters[name] for name in COUNTERS},
-            transforms={"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)})
-        job_reset = strobes["job.enable"]
         for c in range(C):
-            with m.If(strobes["connection.enable"][c]):
+            with m.If(regs.connection_enabled[c]):
                 first_message = job_start_msg[c // N]
                 m.d.sync += [expected[c].eq(start_psn[c]), delivered[c].eq(start_psn[c] - 1),
                              sent[c].eq(start_psn[c] - 1), next_seq[c].eq(first_message),
                              next_k[c].eq(first_message[:k_bits]), in_msg[c].eq(0), cur_k[c].eq(0)]
         for j in range(J):
-            with m.If(job_reset[j]):
+            with m.If(regs.job_enabled[j]):
                 m.d.sync += job_oldest[j].eq(job_start_msg[j])
                 for k in range(K):
                     m.d.sync += msg_busy[j * K + k].eq(0)
@@ -342,52 +311,13 @@ class NetReduceSwitch(wiring.Component):
         own_r = header_store.read_port()       # the payload sequencer's: the first 16 payload bytes
 
         # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
-        # The match reads only configuration (written before traffic), never state, so it runs as the
-        # headers arrive and the monitor takes header and match from a FIFO.
-        # The binding (docs: "Trust model") is part of the match: a frame whose key is registered but that does
-        # not come from where that direction of the connection lives, or is not addressed to where the other
-        # lives, is spoofed; so is a frame from the switch's own addresses. ``stray``: a control packet to
-        # anyone but the switch.
-        Match = data.StructLayout({"conn": conn_bits, "ack": 1, "data": 1, "control": 1, "spoofed": 1, "stray": 1,
-                                   "port": port_bits})
-        Matched = data.StructLayout({"header": ParsedHeader, "match": Match})
-        m.submodules.matched = matched = SyncFIFOBuffered(width=Matched.size, depth=4)
-        arriving, arriving_match = parser.hdr.payload, Signal(Match)
-        ip_src, ip_dst = arriving.ip_src[:32], arriving.ip_dst[:32]
-        ipv4 = arriving.ip_version == 4
-        roce4 = arriving.roce & ipv4
-        arriving_vlan = Cat(arriving.vlan_tci[:12], arriving.vlan_valid)     # the VLAN registers' encoding
-        data_key = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == req_ip[c])
-                         & (arriving.bth_dest_qp == resp_qpn[c]) for c in range(C)])
-        ack_key = Cat(*[conn_valid[c] & job_valid[c // N] & (ip_src == resp_ip[c])
-                        & (arriving.bth_dest_qp == req_qpn[c]) for c in range(C)])
-        data_bound = Cat(*[(arriving_port == req_port[c]) & (arriving.eth_src == req_mac[c])
-                           & (arriving_vlan == req_vlan[c]) & (arriving.eth_dst == resp_mac[c])
-                           & (ip_dst == resp_ip[c]) for c in range(C)])
-        ack_bound = Cat(*[(arriving_port == resp_port[c]) & (arriving.eth_src == resp_mac[c])
-                          & (arriving_vlan == resp_vlan[c]) & (arriving.eth_dst == req_mac[c])
-                          & (ip_dst == req_ip[c]) for c in range(C)])
-        is_ack = roce4 & (arriving.bth_opcode == _ACKNOWLEDGE) & ack_key.any()
-        is_data = roce4 & ~is_ack & data_key.any()
-        bound = Signal()
-        for c in reversed(range(C)):
-            with m.If(Mux(is_ack, ack_key[c], data_key[c])):
-                m.d.comb += [arriving_match.conn.eq(c), bound.eq(Mux(is_ack, ack_bound[c], data_bound[c]))]
-        own = (arriving.eth_src == sw_mac) | (ipv4 & (ip_src == sw_ip))
-        control_port = ipv4 & ~arriving.roce & (arriving.ip_proto == 17) & (arriving.udp_dport == ctl_port)
-        m.d.comb += [
-            arriving_match.ack.eq(is_ack & bound & ~own),
-            arriving_match.data.eq(is_data & bound & ~own),
-            arriving_match.control.eq(control_port & (ip_dst == sw_ip) & ~own),
-            arriving_match.stray.eq(control_port & (ip_dst != sw_ip) & ~own),
-            arriving_match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
-            arriving_match.port.eq(arriving_port),
-            matched.w_data.eq(Cat(arriving.as_value(), arriving_match)),
-            matched.w_en.eq(parser.hdr.valid & arriving_port_ready),
-            parser.hdr.ready.eq(matched.w_rdy & arriving_port_ready),
-        ]
-        if self.ports > 1:
-            m.d.comb += ingress_ports.r_en.eq(parser.hdr.valid & matched.w_rdy)
+        # The match reads only configuration (written before traffic), never state, so it runs as the headers
+        # arrive (with their ingress ports), and the monitor takes header and match from its queue.
+        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports)
+        wiring.connect(m, parser.hdr, match.header)
+        wiring.connect(m, arbiter.frame_port, match.port)
+        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections)]
+        Match = match.Match
 
         # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
         h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
@@ -501,7 +431,7 @@ class NetReduceSwitch(wiring.Component):
         ]
 
         # the plan of a frame of no connection, from the header being taken: forwarded, or a control frame
-        stateless_plan, taking = Signal(Plan), data.View(Matched, matched.r_data)
+        stateless_plan, taking = Signal(Plan), match.o.payload
         m.d.comb += [stateless_plan.control.eq(taking.match.control),
                      stateless_plan.spoofed.eq(taking.match.spoofed), stateless_plan.stray.eq(taking.match.stray),
                      stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
@@ -558,7 +488,7 @@ class NetReduceSwitch(wiring.Component):
             marks_after_beat.extend(marks(total, stream_total))
             return reached | (beat.keep & lanes).any()
 
-        next_length = data.View(Matched, matched.r_data).header.payload_len
+        next_length = match.o.payload.header.payload_len
         too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
         ends_at_length = (reaches("at_length", next_length, length)
                           & ~reaches("past_length", next_length + 1, length + 1))
@@ -724,7 +654,7 @@ class NetReduceSwitch(wiring.Component):
                                              for i in range(4))[settled.facts])
         m.d.sync += settling.eq(0)
         with m.If(settling):
-            m.d.sync += Array(counted[name] for name in COUNTERS)[drop_reason].eq(1)
+            m.d.comb += Array(regs.increments[name] for name in COUNTERS)[drop_reason].eq(1)
 
         # the contribution's effects
         slot = plan.slot
@@ -784,9 +714,9 @@ class NetReduceSwitch(wiring.Component):
         with m.FSM(name="monitor"):
             def take_header():
                 """Take the next frame's header (from IDLE, or in the clock of a commit)."""
-                m.d.comb += matched.r_en.eq(1)
-                with m.If(matched.r_rdy):
-                    taken_header = data.View(Matched, matched.r_data)
+                m.d.comb += match.o.ready.eq(1)
+                with m.If(match.o.valid):
+                    taken_header = match.o.payload
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                                  beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
                                  oversize.eq(0), window.eq(0)]

@@ -1,0 +1,110 @@
+"""Each frame's connection and binding, from its header and the port it came in on (``ConnectionMatch``).
+
+The rules are those of docs/ARCHITECTURE.md, "Switch behaviour, per received frame" (rules 2 to 5) and
+"Trust model", for the part that needs configuration only, never state, so that the match runs as the
+headers arrive, ahead of the monitor:
+
+- ``spoofed``: the frame's source MAC is the switch's, or it is IPv4 from the switch's address (rule 2);
+  or its key is registered (an ACK's ACK key, any other RoCE frame's data key) but it is not *bound* to
+  that connection: it did not arrive on that side's port, from its MAC, in its VLAN, or is not addressed
+  to the other side's MAC and IPv4 address (rule 5);
+- ``control``: IPv4 UDP, not RoCE, to the control port and the switch's address (rule 3); ``stray``: the
+  same to any other address (dropped: control traffic flows only between the switch and hosts);
+- ``ack``, ``data``: a bound ACK, a bound frame of the data key, with ``conn`` its connection (c = j N + w);
+- none of these: unregistered traffic, forwarded.
+
+A key is registered when its connection and the connection's job are enabled. ``o`` carries each header
+with its match through a FIFO of ``depth``.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ..stream import ParsedHeader
+from .registers import ConnectionEntry, JobEntry, SwitchAddress, vlan_of
+
+__all__ = ["ConnectionMatch", "match_layout"]
+
+_ACKNOWLEDGE = 0x11
+
+
+def match_layout(connections, ports):
+    return data.StructLayout({"conn": max(1, ceil_log2(connections)), "ack": 1, "data": 1, "control": 1,
+                              "spoofed": 1, "stray": 1, "port": max(1, ceil_log2(ports))})
+
+
+class ConnectionMatch(wiring.Component):
+    """``ConnectionMatch(*, jobs, workers, ports, depth=4)``. Ports: ``header`` (the parser's header
+    records) and ``port`` (the ingress port of each frame, in the same order) in; ``o`` (``header``,
+    ``match``) out; ``switch``, ``jobs``, ``connections``: the configuration (``SwitchRegisters``)."""
+
+    def __init__(self, *, jobs, workers, ports, depth=4):
+        self.jobs_count, self.workers, self.ports, self.depth = jobs, workers, ports, depth
+        self.connections_count = jobs * workers
+        self.Match = match_layout(self.connections_count, ports)
+        self.Matched = data.StructLayout({"header": ParsedHeader, "match": self.Match})
+        super().__init__({
+            "header": In(stream.Signature(ParsedHeader)),
+            "port": In(stream.Signature(max(1, ceil_log2(ports)))),
+            "o": Out(stream.Signature(self.Matched)),
+            "switch": In(SwitchAddress),
+            "jobs": In(data.ArrayLayout(JobEntry, jobs)),
+            "connections": In(data.ArrayLayout(ConnectionEntry, self.connections_count)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C, N = self.connections_count, self.workers
+        m.submodules.queue = queue = SyncFIFOBuffered(width=self.Matched.size, depth=self.depth)
+        h, port, sw = self.header.payload, self.port.payload, self.switch
+        match = Signal(self.Match)
+        ip_src, ip_dst = h.ip_src[:32], h.ip_dst[:32]
+        ipv4 = h.ip_version == 4
+        roce4 = h.roce & ipv4
+        vlan = vlan_of(h)
+
+        def registered(c):
+            return self.connections[c].valid & self.jobs[c // N].valid
+
+        def comes_from(place):
+            return (port == place.port) & (h.eth_src == place.mac) & (vlan == place.vlan)
+
+        def goes_to(place):
+            return (h.eth_dst == place.mac) & (ip_dst == place.ip)
+
+        conns = [self.connections[c] for c in range(C)]
+        data_key = Cat(*[registered(c) & (ip_src == conns[c].requester.ip) & (h.bth_dest_qp == conns[c].responder_qpn)
+                         for c in range(C)])
+        ack_key = Cat(*[registered(c) & (ip_src == conns[c].responder.ip) & (h.bth_dest_qp == conns[c].requester_qpn)
+                        for c in range(C)])
+        data_bound = Cat(*[comes_from(conn.requester) & goes_to(conn.responder) for conn in conns])
+        ack_bound = Cat(*[comes_from(conn.responder) & goes_to(conn.requester) for conn in conns])
+        is_ack = roce4 & (h.bth_opcode == _ACKNOWLEDGE) & ack_key.any()
+        is_data = roce4 & ~is_ack & data_key.any()
+        bound = Signal()
+        for c in reversed(range(C)):            # the first connection of the key, as the model's table
+            with m.If(Mux(is_ack, ack_key[c], data_key[c])):
+                m.d.comb += [match.conn.eq(c), bound.eq(Mux(is_ack, ack_bound[c], data_bound[c]))]
+        own = (h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))
+        to_control_port = ipv4 & ~h.roce & (h.ip_proto == 17) & (h.udp_dport == sw.control_port)
+        m.d.comb += [
+            match.ack.eq(is_ack & bound & ~own),
+            match.data.eq(is_data & bound & ~own),
+            match.control.eq(to_control_port & (ip_dst == sw.ip) & ~own),
+            match.stray.eq(to_control_port & (ip_dst != sw.ip) & ~own),
+            match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
+            match.port.eq(port),
+        ]
+
+        both = self.header.valid & self.port.valid
+        m.d.comb += [
+            queue.w_data.eq(Cat(h.as_value(), match)),
+            queue.w_en.eq(both),
+            self.header.ready.eq(queue.w_rdy & self.port.valid),
+            self.port.ready.eq(queue.w_rdy & self.header.valid),
+            self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
+        ]
+        return m

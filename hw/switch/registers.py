@@ -1,0 +1,106 @@
+"""The switch's configuration and counters behind its ``csr`` port (``SwitchRegisters``).
+
+The configuration is the register map of ``netreduce.registers`` (decoded by ``hw.csr.decode_registers``),
+held as records that the other components read: ``switch`` (its addresses), ``jobs``, ``connections``
+(each with the *place* of its requester and of its responder: MAC, IPv4 address, port, VLAN) and the
+``forwarding`` table. Writing an enable also pulses ``job_enabled`` or ``connection_enabled`` for a clock,
+for the state that the enable resets.
+
+Counters: ``increments`` carries, for one clock, how much each counter of ``netreduce.registers.COUNTERS``
+grows (a field per counter, by name); the counter adds it a clock later, so that nothing that decides an
+event runs into a 32-bit adder. A read of a counter's address shows it the clock after.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...registers import COUNTERS, SWITCH
+from ..csr import csr_signature, decode_registers
+
+__all__ = ["Place", "SwitchAddress", "JobEntry", "ConnectionEntry", "ForwardingEntry", "SwitchRegisters",
+           "vlan_of"]
+
+COUNTER_BITS = 32
+
+# where one side of a connection lives: the VLAN as its register holds it (0: untagged; 0x1000 + VID)
+Place = data.StructLayout({"mac": 48, "ip": 32, "port": 8, "vlan": 13})
+SwitchAddress = data.StructLayout({"mac": 48, "ip": 32, "control_port": 16, "default_port": 8})
+JobEntry = data.StructLayout({"valid": 1, "id": 16, "workers": 8, "mtu": 13, "start_msg": 32})
+ConnectionEntry = data.StructLayout({"valid": 1, "requester": Place, "requester_qpn": 24, "responder": Place,
+                                     "responder_qpn": 24, "start_psn": 24})
+ForwardingEntry = data.StructLayout({"valid": 1, "mac": 48, "port": 8})
+
+
+def vlan_of(header):
+    """A parsed header's VLAN in the registers' encoding: 0 untagged, 0x1000 + VID tagged (PCP and DEI
+    dropped; a header without a tag reads ``vlan_tci`` 0)."""
+    from amaranth.hdl import Cat
+    return Cat(header.vlan_tci[:12], header.vlan_valid)
+
+
+class SwitchRegisters(wiring.Component):
+    """``SwitchRegisters(*, jobs, workers, forwarding_entries, mtu, increment_bits)``: the configuration of
+    ``jobs`` jobs of up to ``workers`` workers (connection ``c = j * workers + w``) and a forwarding table;
+    a job's MTU is at most the build's ``mtu`` (a larger write is taken as ``mtu``)."""
+
+    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits):
+        self.jobs_count, self.workers, self.forwarding_entries, self.mtu = jobs, workers, forwarding_entries, mtu
+        self.connections_count = jobs * workers
+        self.increment_layout = data.StructLayout(dict.fromkeys(COUNTERS, increment_bits))
+        super().__init__({
+            "csr": In(csr_signature()),
+            "switch": Out(SwitchAddress, init={"control_port": SWITCH.register("control_port").init}),
+            "jobs": Out(data.ArrayLayout(JobEntry, jobs), init=[{"mtu": mtu}] * jobs),
+            "connections": Out(data.ArrayLayout(ConnectionEntry, self.connections_count)),
+            "forwarding": Out(data.ArrayLayout(ForwardingEntry, forwarding_entries)),
+            "job_enabled": Out(jobs),
+            "connection_enabled": Out(self.connections_count),
+            "increments": In(self.increment_layout),
+            "counters": Out(data.ArrayLayout(COUNTER_BITS, len(COUNTERS))),
+        })
+
+    @property
+    def parameters(self):
+        """What sizes the register map (``netreduce.registers.instances``)."""
+        return {"jobs": self.jobs_count, "workers": self.workers, "forwarding_entries": self.forwarding_entries}
+
+    def elaborate(self, platform):
+        m = Module()
+        J, C, E = self.jobs_count, self.connections_count, self.forwarding_entries
+        jobs, conns, fwd = self.jobs, self.connections, self.forwarding
+
+        def each(entries, count, *path):
+            values = []
+            for i in range(count):
+                value = entries[i]
+                for name in path:
+                    value = value[name]
+                values.append(value)
+            return values
+
+        targets = {f"switch.{name}": [self.switch[name]] for name in ("mac", "ip", "control_port", "default_port")}
+        targets.update({f"job.{name}": each(jobs, J, field)
+                        for name, field in (("id", "id"), ("workers", "workers"), ("enable", "valid"),
+                                            ("mtu", "mtu"), ("start_msg", "start_msg"))})
+        targets.update({f"forwarding.{name}": each(fwd, E, field)
+                        for name, field in (("mac", "mac"), ("port", "port"), ("enable", "valid"))})
+        for side in ("requester", "responder"):
+            for name in ("mac", "ip", "port", "vlan"):
+                targets[f"connection.{side}_{name}"] = each(conns, C, side, name)
+            targets[f"connection.{side}_qpn"] = each(conns, C, f"{side}_qpn")
+        targets["connection.start_psn"] = each(conns, C, "start_psn")
+        targets["connection.enable"] = each(conns, C, "valid")
+        strobes = decode_registers(
+            m, self.csr, self.parameters, targets,
+            readable={f"counters.{name}": self.counters[i] for i, name in enumerate(COUNTERS)},
+            transforms={"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)})
+        m.d.comb += [self.job_enabled.eq(strobes["job.enable"]),
+                     self.connection_enabled.eq(strobes["connection.enable"])]
+
+        # each counter adds a clock after its event what the event's clock set
+        added = Signal(self.increment_layout)
+        m.d.sync += added.eq(self.increments)
+        for i, name in enumerate(COUNTERS):
+            m.d.sync += self.counters[i].eq(self.counters[i] + added[name])
+        return m

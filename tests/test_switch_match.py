@@ -1,0 +1,184 @@
+"""amaranth.sim unit test of hw/switch/match.py (``ConnectionMatch``) against the golden model: every frame
+of a table of cases (bound ACKs and data frames of every connection, each with one thing of its binding
+wrong; the switch's own addresses; control packets to the switch and to a host; unregistered traffic) is
+classified by the RTL and by ``SwitchModel`` (rules 2 to 5 of "Switch behaviour, per received frame"),
+with the headers and their ports offered with random idle clocks and taken with random backpressure."""
+
+import random
+
+from amaranth.sim import Simulator
+
+from netreduce.host.packets import build_ack, build_roce_frame
+from netreduce.host.protocol import ControlMessage, build_control_frame, ip_to_int, mac_to_int
+from netreduce.hw.stream import ParsedHeader
+from netreduce.hw.switch.match import ConnectionMatch
+from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
+from netreduce.registers import vlan_word
+from netreduce.sim.roce_model import parse_frame
+from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
+from netreduce.wire import ControlType
+
+JOBS, WORKERS, PORTS = 2, 3, 2
+WRITE_ONLY = 0x0A
+
+
+def host(i):
+    return 0x02_00_00_00_00_10 + i, f"10.0.1.{i + 1}"
+
+
+def config():
+    """Two jobs (ids 5 and 9, the second with 2 of the 3 workers), hosts on both ports, one requester
+    in VLAN 7."""
+    connections = []
+    for j, (job, workers) in enumerate(((5, 3), (9, 2))):
+        for w in range(workers):
+            req, resp = 2 * w + 10 * j, 2 * w + 1 + 10 * j
+            connections.append(ConnectionConfig(
+                job, w, host(req)[0], host(req)[1], 0x100 + 16 * j + w, host(resp)[0], host(resp)[1],
+                0x200 + 16 * j + w, 1000 * w, requester_port=req % PORTS, responder_port=resp % PORTS,
+                requester_vlan=7 if (j, w) == (0, 1) else None))
+    return SwitchConfig(mac="02:4e:52:00:00:01", ip="10.0.255.1", ports=PORTS,
+                        jobs=[JobConfig(5, 3), JobConfig(9, 2)], connections=connections)
+
+
+def side(conn, name):
+    return {"mac": mac_to_int(getattr(conn, f"{name}_mac")), "ip": getattr(conn, f"{name}_ip"),
+            "port": getattr(conn, f"{name}_port"), "vlan": getattr(conn, f"{name}_vlan")}
+
+
+def data_frame(src, dst, qpn, **changes):
+    fields = dict(eth_src=src["mac"], eth_dst=dst["mac"], src_ip=src["ip"], dst_ip=dst["ip"], dest_qp=qpn,
+                  vlan=src["vlan"], psn=3, reth=(0, 0, 64))
+    fields.update(changes)
+    return build_roce_frame(WRITE_ONLY, bytes(64), **fields)
+
+
+def ack_frame(src, dst, qpn, **changes):
+    fields = dict(eth_src=src["mac"], eth_dst=dst["mac"], src_ip=src["ip"], dst_ip=dst["ip"], dest_qp=qpn,
+                  vlan=src["vlan"])
+    fields.update(changes)
+    return build_ack(3, 1, **fields)
+
+
+def cases(cfg, rng):
+    """``(port, frame)`` of every case."""
+    out = []
+    stranger = {"mac": 0x02_BA_D0_00_00_01, "ip": "10.0.66.1", "port": 1, "vlan": None}
+    for conn in cfg.connections:
+        req, resp = side(conn, "requester"), side(conn, "responder")
+        for build, src, dst, qpn in ((data_frame, req, resp, conn.responder_qpn),
+                                     (ack_frame, resp, req, conn.requester_qpn)):
+            out.append((src["port"], build(src, dst, qpn)))
+            out.append(((src["port"] + 1) % PORTS, build(src, dst, qpn)))                  # wrong port
+            out.append((src["port"], build(src, dst, qpn, eth_src=stranger["mac"])))       # wrong MAC
+            out.append((src["port"], build(src, dst, qpn, vlan=3)))                         # wrong VLAN
+            out.append((src["port"], build(src, dst, qpn, vlan=None)))
+            out.append((src["port"], build(src, dst, qpn, eth_dst=stranger["mac"])))       # to the attacker
+            out.append((src["port"], build(src, dst, qpn, dst_ip=stranger["ip"])))
+            out.append((src["port"], build(src, dst, qpn, dest_qp=qpn ^ 1)))               # another key
+            out.append((src["port"], build(src, dst, qpn, src_ip=stranger["ip"])))
+    conn = cfg.connections[0]
+    req, resp = side(conn, "requester"), side(conn, "responder")
+    out.append((req["port"], data_frame(req, resp, conn.responder_qpn, eth_src=mac_to_int(cfg.mac))))
+    out.append((req["port"], data_frame(req, resp, conn.responder_qpn, src_ip=cfg.ip)))
+    out.append((resp["port"], ack_frame(resp, req, conn.requester_qpn, eth_src=mac_to_int(cfg.mac))))
+    request = ControlMessage(ControlType.CREDIT_REQUEST, 5, 0)
+    out.append((req["port"], build_control_frame(request, src_mac=req["mac"], dst_mac=cfg.mac, src_ip=req["ip"],
+                                                 dst_ip=cfg.ip)))
+    out.append((req["port"], build_control_frame(request, src_mac=req["mac"], dst_mac=resp["mac"],
+                                                 src_ip=req["ip"], dst_ip=resp["ip"])))           # stray
+    credit = ControlMessage(ControlType.CREDIT, 5, 0, 99)
+    out.append((1, build_control_frame(credit, src_mac=stranger["mac"], dst_mac=req["mac"], src_ip=cfg.ip,
+                                       dst_ip=req["ip"])))                                       # forged CREDIT
+    out.append((0, bytes.fromhex("ffffffffffff") + bytes(6) + b"\x08\x06" + bytes(46)))     # ARP-like
+    rng.shuffle(out)
+    return out
+
+
+def model_class(cfg, port, frame):
+    """What the golden model does with the frame, as the match's classes."""
+    model = SwitchModel(cfg)
+    model.receive(port, frame)
+    c = model.counters
+    h = parse_frame(frame).header
+    if c["drop_spoofed"]:
+        return "spoofed"
+    if c["drop_control"] or c["credit_requests"]:
+        return "control" if h["ip_dst"] == ip_to_int(cfg.ip) else "stray"
+    if c["acks_seen"]:
+        return "ack"
+    if c["forwarded"]:
+        return "none"
+    return "data"
+
+
+def connection_index(cfg, h, kind):
+    """c = (job position) * WORKERS + worker of the connection whose key the header carries."""
+    position = {job.job: j for j, job in enumerate(cfg.jobs)}
+    for conn in cfg.connections:
+        if kind == "ack":
+            key = (ip_to_int(conn.responder_ip), conn.requester_qpn)
+        else:
+            key = (ip_to_int(conn.requester_ip), conn.responder_qpn)
+        if key == (h["ip_src"], h["bth_dest_qp"]):
+            return position[conn.job] * WORKERS + conn.worker
+    raise AssertionError("no connection")
+
+
+def test_match_agrees_with_the_model():
+    rng = random.Random(5)
+    cfg = config()
+    frames = cases(cfg, rng)
+    dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS)
+    headers = [parse_frame(frame).header for _, frame in frames]
+    seen = []
+
+    async def configure_and_offer(ctx):
+        ctx.set(dut.switch, SwitchAddress.const({"mac": mac_to_int(cfg.mac), "ip": ip_to_int(cfg.ip),
+                                                 "control_port": cfg.control_port}))
+        for j, job in enumerate(cfg.jobs):
+            ctx.set(dut.jobs[j], JobEntry.const({"valid": 1, "id": job.job, "workers": job.workers}))
+        for conn in cfg.connections:
+            c = [job.job for job in cfg.jobs].index(conn.job) * WORKERS + conn.worker
+            entry = {"valid": 1, "requester_qpn": conn.requester_qpn, "responder_qpn": conn.responder_qpn}
+            for name in ("requester", "responder"):
+                place = side(conn, name)
+                entry[name] = {"mac": place["mac"], "ip": ip_to_int(place["ip"]), "port": place["port"],
+                               "vlan": vlan_word(place["vlan"])}
+            ctx.set(dut.connections[c], ConnectionEntry.const(entry))
+        for (port, _), header in zip(frames, headers, strict=True):
+            while rng.random() < 0.3:
+                await ctx.tick()
+            ctx.set(dut.header.payload, ParsedHeader.const(header))
+            ctx.set(dut.port.payload, port)
+            ctx.set(dut.header.valid, 1)
+            ctx.set(dut.port.valid, 1)
+            await ctx.tick().until(dut.header.ready & dut.port.ready)
+            ctx.set(dut.header.valid, 0)
+            ctx.set(dut.port.valid, 0)
+
+    async def take(ctx):
+        while len(seen) < len(frames):
+            ctx.set(dut.o.ready, rng.random() < 0.7)
+            _, _, valid, ready, payload = await ctx.tick().sample(dut.o.valid, dut.o.ready, dut.o.payload)
+            if valid and ready:
+                seen.append(payload)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(configure_and_offer)
+    sim.add_testbench(take)
+    sim.run_until(1e-8 * 20 * len(frames))
+    assert len(seen) == len(frames)
+    kinds = []
+    for (port, frame), header, out in zip(frames, headers, seen, strict=True):
+        kind = model_class(cfg, port, frame)
+        kinds.append(kind)
+        match = out.match
+        got = [k for k in ("spoofed", "control", "stray", "ack", "data") if getattr(match, k)]
+        assert got == ([] if kind == "none" else [kind]), (port, header, kind, got)
+        assert match.port == port and out.header.bth_psn == header["bth_psn"]
+        if kind in ("ack", "data"):
+            assert match.conn == connection_index(cfg, header, kind)
+    for kind in ("spoofed", "control", "stray", "ack", "data", "none"):
+        assert kind in kinds, kind       # the table reaches every class
