@@ -11,7 +11,7 @@ grows (a field per counter, by name); the counter adds it a clock later, so that
 event runs into a 32-bit adder. A read of a counter's address shows it the clock after.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,7 +19,7 @@ from ...registers import COUNTERS, SWITCH
 from ..csr import csr_signature, decode_registers
 
 __all__ = ["Place", "SwitchAddress", "JobEntry", "ConnectionEntry", "ForwardingEntry", "SwitchRegisters",
-           "vlan_of"]
+           "fields_of", "vlan_of"]
 
 COUNTER_BITS = 32
 
@@ -32,10 +32,20 @@ ConnectionEntry = data.StructLayout({"valid": 1, "requester": Place, "requester_
 ForwardingEntry = data.StructLayout({"valid": 1, "mac": 48, "port": 8})
 
 
+def fields_of(records, count, *path):
+    """``[records[i].<path> for i in range(count)]``: one field of each record of an array of records."""
+    values = []
+    for i in range(count):
+        value = records[i]
+        for name in path:
+            value = value[name]
+        values.append(value)
+    return values
+
+
 def vlan_of(header):
     """A parsed header's VLAN in the registers' encoding: 0 untagged, 0x1000 + VID tagged (PCP and DEI
     dropped; a header without a tag reads ``vlan_tci`` 0)."""
-    from amaranth.hdl import Cat
     return Cat(header.vlan_tci[:12], header.vlan_valid)
 
 
@@ -70,27 +80,18 @@ class SwitchRegisters(wiring.Component):
         J, C, E = self.jobs_count, self.connections_count, self.forwarding_entries
         jobs, conns, fwd = self.jobs, self.connections, self.forwarding
 
-        def each(entries, count, *path):
-            values = []
-            for i in range(count):
-                value = entries[i]
-                for name in path:
-                    value = value[name]
-                values.append(value)
-            return values
-
         targets = {f"switch.{name}": [self.switch[name]] for name in ("mac", "ip", "control_port", "default_port")}
-        targets.update({f"job.{name}": each(jobs, J, field)
+        targets.update({f"job.{name}": fields_of(jobs, J, field)
                         for name, field in (("id", "id"), ("workers", "workers"), ("enable", "valid"),
                                             ("mtu", "mtu"), ("start_msg", "start_msg"))})
-        targets.update({f"forwarding.{name}": each(fwd, E, field)
+        targets.update({f"forwarding.{name}": fields_of(fwd, E, field)
                         for name, field in (("mac", "mac"), ("port", "port"), ("enable", "valid"))})
         for side in ("requester", "responder"):
             for name in ("mac", "ip", "port", "vlan"):
-                targets[f"connection.{side}_{name}"] = each(conns, C, side, name)
-            targets[f"connection.{side}_qpn"] = each(conns, C, f"{side}_qpn")
-        targets["connection.start_psn"] = each(conns, C, "start_psn")
-        targets["connection.enable"] = each(conns, C, "valid")
+                targets[f"connection.{side}_{name}"] = fields_of(conns, C, side, name)
+            targets[f"connection.{side}_qpn"] = fields_of(conns, C, f"{side}_qpn")
+        targets["connection.start_psn"] = fields_of(conns, C, "start_psn")
+        targets["connection.enable"] = fields_of(conns, C, "valid")
         strobes = decode_registers(
             m, self.csr, self.parameters, targets,
             readable={f"counters.{name}": self.counters[i] for i, name in enumerate(COUNTERS)},

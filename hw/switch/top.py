@@ -7,9 +7,10 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
    share one port's worth; docs "Open items").
 1. *parse*: ``RoceParser`` gives each frame's header record, then its payload stream with the verdicts.
-2. *monitor*, one frame at a time. Each header's connection match (configuration only) runs ahead, as
-   headers arrive, into the ``matched`` FIFO. ``IDLE`` takes a header, ``LOOKUP`` plans the frame from
-   the header, its match and the connection and slot state (registered; at 64 bits the connection's
+2. *monitor*, one frame at a time. Each header's connection match (``match.ConnectionMatch``:
+   configuration only, the binding included) runs ahead, as headers arrive, into its queue. ``IDLE``
+   takes a header, ``LOOKUP`` plans the frame from the header, its match and the connection and slot
+   state (registered; at 64 bits the connection's
    state is read into a registered view a clock before, in ``LOOKUP_READ``; a frame of no connection
    skips both, its plan being its match), ``STREAM`` takes the
    payload at one beat per clock into the packet ring (frames that go on) or into the worker's bank of
@@ -40,7 +41,7 @@ monitor (``LOOKUP``; two at 64 bits, where each frame's headers leave clocks to 
 frame only once its first payload word is there, and the payload sequencer then keeps up with it, so
 frames out never pause in the middle (docs: "Open items").
 
-Control registers (``csr``): the map of ``netreduce.registers``, decoded by ``hw.csr.decode_registers``
+Control registers (``csr``): ``registers.SwitchRegisters``, the map of ``netreduce.registers``
 (docs/ARCHITECTURE.md, "Switch RTL", has the table).
 """
 
@@ -77,7 +78,7 @@ from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
 from ..stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
 from .match import ConnectionMatch
-from .registers import SwitchRegisters
+from .registers import SwitchRegisters, fields_of
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
 
@@ -198,14 +199,8 @@ class NetReduceSwitch(wiring.Component):
         def registers(count, shape, name):
             return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
 
-        def field(entries, count, *path):
-            values = []
-            for i in range(count):
-                value = entries[i]
-                for name in path:
-                    value = value[name]
-                values.append(value)
-            return Array(values)
+        def field(records, count, *path):
+            return Array(fields_of(records, count, *path))
 
         sw_mac, sw_ip, ctl_port = regs.switch.mac, regs.switch.ip, regs.switch.control_port
         E = self.forwarding_entries
