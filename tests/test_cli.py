@@ -103,6 +103,7 @@ def test_parse_pcap_rtl_on_icarus_matches_model():
         assert len(rtl) > 0 and all(set(json.loads(line)) >= _keys() for line in rtl)
 
 
+@pytest.mark.slow(minutes=1)        # Yosys generates the whole switch
 @pytest.mark.parametrize("width", [64, 512])
 def test_generate_writes_verilog_and_manifest(tmp_path, width):
     out = tmp_path / "gen"

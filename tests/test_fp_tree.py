@@ -151,6 +151,7 @@ def test_bad_parameters(kwargs, message):
         AdderTree(**kwargs)
 
 
+@pytest.mark.slow(minutes=1)
 def test_tree_max_inputs():
     """The largest tree (MAX_INPUTS inputs, one binary16 lane) with random masks."""
     check_tree("fp16", False, MAX_INPUTS, width=16, beats=16, adder_stages=1, root_stages=0, seed=11)
