@@ -13,8 +13,9 @@ headers arrive, ahead of the monitor:
 - ``ack``, ``data``: a bound ACK, a bound frame of the data key, with ``conn`` its connection (c = j N + w);
 - none of these: unregistered traffic, forwarded.
 
-A key is registered when its connection and the connection's job are enabled. ``o`` carries each header
-with its match through a FIFO of ``depth``.
+A key is registered when its connection and the connection's job are enabled. The comparisons with
+every connection are registered (a stage of their own, off the path that picks the connection), and
+``o`` carries each header with its match through a FIFO of ``depth``.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -75,36 +76,49 @@ class ConnectionMatch(wiring.Component):
         def goes_to(place):
             return (h.eth_dst == place.mac) & (ip_dst == place.ip)
 
+        # stage 1, registered: every connection's key and binding compared with the header, and the flags
         conns = [self.connections[c] for c in range(C)]
-        data_key = Cat(*[registered(c) & (ip_src == conns[c].requester.ip) & (h.bth_dest_qp == conns[c].responder_qpn)
-                         for c in range(C)])
-        ack_key = Cat(*[registered(c) & (ip_src == conns[c].responder.ip) & (h.bth_dest_qp == conns[c].requester_qpn)
-                        for c in range(C)])
-        data_bound = Cat(*[comes_from(conn.requester) & goes_to(conn.responder) for conn in conns])
-        ack_bound = Cat(*[comes_from(conn.responder) & goes_to(conn.requester) for conn in conns])
-        is_ack = roce4 & (h.bth_opcode == _ACKNOWLEDGE) & ack_key.any()
-        is_data = roce4 & ~is_ack & data_key.any()
+        Compared = data.StructLayout({
+            "valid": 1, "header": ParsedHeader, "port": len(port), "data_key": C, "ack_key": C, "data_bound": C,
+            "ack_bound": C, "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1})
+        compared, now = Signal(Compared), Signal(Compared)
+        m.d.comb += [
+            now.header.eq(h), now.port.eq(port),
+            now.data_key.eq(Cat(*[registered(c) & (ip_src == conns[c].requester.ip)
+                                  & (h.bth_dest_qp == conns[c].responder_qpn) for c in range(C)])),
+            now.ack_key.eq(Cat(*[registered(c) & (ip_src == conns[c].responder.ip)
+                                 & (h.bth_dest_qp == conns[c].requester_qpn) for c in range(C)])),
+            now.data_bound.eq(Cat(*[comes_from(conn.requester) & goes_to(conn.responder) for conn in conns])),
+            now.ack_bound.eq(Cat(*[comes_from(conn.responder) & goes_to(conn.requester) for conn in conns])),
+            now.roce4.eq(roce4), now.acknowledge.eq(h.bth_opcode == _ACKNOWLEDGE),
+            now.own.eq((h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))),
+            now.to_control_port.eq(ipv4 & ~h.roce & (h.ip_proto == 17) & (h.udp_dport == sw.control_port)),
+            now.to_switch.eq(ip_dst == sw.ip),
+        ]
+        both = self.header.valid & self.port.valid
+        advance = ~compared.valid | queue.w_rdy
+        m.d.comb += [self.header.ready.eq(self.port.valid & advance), self.port.ready.eq(self.header.valid & advance)]
+        with m.If(advance):
+            m.d.sync += [compared.eq(now), compared.valid.eq(both)]
+
+        # stage 2: the match, from the registered comparisons, into the queue
+        is_ack = compared.roce4 & compared.acknowledge & compared.ack_key.any()
+        is_data = compared.roce4 & ~is_ack & compared.data_key.any()
         bound = Signal()
         for c in reversed(range(C)):            # the first connection of the key, as the model's table
-            with m.If(Mux(is_ack, ack_key[c], data_key[c])):
-                m.d.comb += [match.conn.eq(c), bound.eq(Mux(is_ack, ack_bound[c], data_bound[c]))]
-        own = (h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))
-        to_control_port = ipv4 & ~h.roce & (h.ip_proto == 17) & (h.udp_dport == sw.control_port)
+            with m.If(Mux(is_ack, compared.ack_key[c], compared.data_key[c])):
+                m.d.comb += [match.conn.eq(c),
+                             bound.eq(Mux(is_ack, compared.ack_bound[c], compared.data_bound[c]))]
+        own, to_control_port = compared.own, compared.to_control_port
         m.d.comb += [
             match.ack.eq(is_ack & bound & ~own),
             match.data.eq(is_data & bound & ~own),
-            match.control.eq(to_control_port & (ip_dst == sw.ip) & ~own),
-            match.stray.eq(to_control_port & (ip_dst != sw.ip) & ~own),
+            match.control.eq(to_control_port & compared.to_switch & ~own),
+            match.stray.eq(to_control_port & ~compared.to_switch & ~own),
             match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
-            match.port.eq(port),
-        ]
-
-        both = self.header.valid & self.port.valid
-        m.d.comb += [
-            queue.w_data.eq(Cat(h.as_value(), match)),
-            queue.w_en.eq(both),
-            self.header.ready.eq(queue.w_rdy & self.port.valid),
-            self.port.ready.eq(queue.w_rdy & self.header.valid),
+            match.port.eq(compared.port),
+            queue.w_data.eq(Cat(compared.header.as_value(), match)),
+            queue.w_en.eq(compared.valid),
             self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
         ]
         return m
