@@ -15,8 +15,11 @@ can depend on, so a replay of recorded traffic that holds each frame back until 
 sent that many frames keeps the traffic's causality. Each of ``network.taps``, ``tap(port, frame)``, sees
 every frame as it leaves the switch (an attacker that reacts to the traffic, :mod:`netreduce.host.attacks`).
 
-Time is in integer nanoseconds. :func:`build_allreduce` sets up jobs, connections and workers from a few
-numbers; :meth:`Network.run` runs until every worker holds its result, a queue pair fails, or the time
+Time is in integer nanoseconds; the golden model's clock (the deadlines of the bounded-loss class) is the
+network's time in clocks of the datapath's width (:data:`CLOCK_NS`). :func:`build_allreduce` sets up jobs,
+connections and workers from a few numbers (``traffic_class="lossy"``: the bounded-loss class, on UC queue
+pairs with :class:`~netreduce.host.lossy.LossyWorker` workers); :meth:`Network.run` runs until every worker
+holds its result (or, bounded-loss, has given up on what did not come), a queue pair fails, or the time
 limit passes, and :meth:`Network.summary` reports what happened.
 
 With ``pcap``, the network writes every frame on every host's link, in both directions, to a pcapng file
@@ -33,25 +36,48 @@ switch sends to no host of their port (``unroutable``) on no link.
 
 import heapq
 import itertools
+import math
 from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 
 from netreduce.host.faults import FaultInjector, FaultSpec
+from netreduce.host.lossy import LossyWorker, lossy_layout
 from netreduce.host.pcap import INBOUND, OUTBOUND, PcapNgWriter
 from netreduce.host.protocol import parse_control_payload, udp_payload
 from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder, SourcePort
+from netreduce.host.uc import UcRequester, UcResponder
 from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dtype
 from netreduce.sim.fp import get_format, random_operands, tree_sum
-from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
+from netreduce.sim.switch_model import ConnectionConfig, JobClass, JobConfig, SwitchConfig, SwitchModel
 
 __all__ = ["Network", "ModelEngine", "record_frames", "Link", "build_allreduce", "expected_sum",
-           "WIRE_OVERHEAD", "CLOCK_NS"]
+           "expected_partial_sum", "default_deadline_us", "clocks_of_us", "WIRE_OVERHEAD", "CLOCK_NS"]
 
 WIRE_OVERHEAD = 24      # bytes per frame on the wire besides the frame: preamble 8, FCS 4, gap 12
 # the datapath clock of each width: XGMII's 156.25 MHz, the 100G CMAC's 322.265625 MHz
 CLOCK_NS = {64: 6.4, 512: 1e3 / 322.265625}
 LINK_GBPS = {64: 10, 512: 100}
+_FRAME_HEADERS = 14 + 20 + 8 + 12 + 16 + 4 + 4      # a bounded-loss message's frame besides its payload
+
+
+def _clock(clock_ns):
+    """A clock period as an exact fraction of nanoseconds (6.4 = 32/5; 1/322.265625 MHz = 512/165)."""
+    return Fraction(clock_ns).limit_denominator(10**6)
+
+
+def clocks_of_us(us, width):
+    """``us`` microseconds in clocks of the datapath of ``width`` bits, rounded up (at least 1)."""
+    return max(1, math.ceil(Fraction(str(us)) * 1000 / _clock(CLOCK_NS[width])))
+
+
+def default_deadline_us(*, workers, jobs=1, mtu=1024, message_slots=4, width=64):
+    """The bounded-loss class's default deadline: 10 us plus twice the time one port takes to carry a
+    window (K/2 messages of one MTU) of every worker of every job at the line rate of ``width``, so that
+    without loss the messages of a window complete before it even when every host shares one port."""
+    frames = workers * jobs * max(1, message_slots // 2)
+    return 10 + 2 * frames * (mtu + _FRAME_HEADERS + WIRE_OVERHEAD) * 8 / (LINK_GBPS[width] * 1000)
 
 
 class Link:
@@ -77,15 +103,21 @@ class Link:
 
 class ModelEngine:
     """The golden model as the switch: each frame is processed when it arrives, ``latency_ns`` later the
-    frames it causes leave (into ``network``; with none, only recorded)."""
+    frames it causes leave (into ``network``; with none, only recorded). The model's clock is the
+    network's time in periods of ``clock_ns``; a bounded-loss message's deadline fires at its time, and the
+    frames it causes leave ``latency_ns`` later."""
 
     name = "model"
 
-    def __init__(self, config, latency_ns=200, record=False):
+    def __init__(self, config, latency_ns=200, record=False, clock_ns=CLOCK_NS[64]):
+        if record and any(job.lossy for job in config.jobs):
+            raise ValueError("recordings are replayed into the RTL, which has no bounded-loss class yet")
         self.model = SwitchModel(config)
         self.latency_ns = latency_ns
         self.network = None
         self.record = record
+        self.clock_ns = _clock(clock_ns)
+        self._wake_at = None            # when an _expire is scheduled, if one is
         # with ``record``: (port, frame) in; [(port, frame)] out; how many of those were slot results;
         # how many frames had come off the switch's egress links when the frame was sent
         self.inputs, self.outputs, self.results, self.after = [], [], [], []
@@ -96,7 +128,7 @@ class ModelEngine:
 
     def inject(self, port, frame, now, after=0):
         before = self.model.counters["results_sent"]
-        produced = self.model.receive(port, frame)
+        produced = self.model.receive(port, frame, now=self._clocks(now))
         if self.record:
             self.inputs.append((port, frame))
             self.after.append(after)
@@ -104,8 +136,34 @@ class ModelEngine:
             self.results.append(self.model.counters["results_sent"] - before)
         if self.network is None:
             return
+        self._send(produced, now)
+        self._schedule()
+
+    def _clocks(self, ns):
+        """The model's clock at ``ns``: the clocks of the datapath since time 0."""
+        return int(ns * self.clock_ns.denominator // self.clock_ns.numerator)
+
+    def _send(self, produced, now):
         for out_port, out_frame in produced:
             self.network.at(now + self.latency_ns, self.network.from_switch, out_port, out_frame)
+
+    def _schedule(self):
+        """Wake up at the model's next deadline (if it has one, and nothing earlier is scheduled)."""
+        deadline = self.model.next_deadline
+        if deadline is None:
+            return
+        at = max(self.network.now, -(-deadline * self.clock_ns.numerator // self.clock_ns.denominator))
+        if self._wake_at is not None and self.network.now <= self._wake_at <= at:
+            return
+        self._wake_at = at
+        self.network.at(at, self._expire)
+
+    def _expire(self):
+        now = self.network.now
+        if self._wake_at is not None and self._wake_at <= now:
+            self._wake_at = None
+        self._send(self.model.advance(self._clocks(now)), now)
+        self._schedule()
 
     def recording(self):
         """What the switch testbench replays (``tb/switch_tb.py``): the configuration, the frames in, what
@@ -337,7 +395,8 @@ class Network:
         retransmissions = sum(r.stats.get("retransmitted_packets", 0)
                               for host in self.hosts for r in host.requesters.values())
         counters = dict(self.engine.counters)
-        return {
+        lossy = [w for w in self.workers if isinstance(w, LossyWorker)]
+        summary = {
             "status": self.status,
             "time_ns": self.now,
             "host_to_switch": {"packets": sum(link.frames for link in up), "bytes": sum(link.bytes for link in up),
@@ -353,6 +412,18 @@ class Network:
                       + [f"job {w.job.job} worker {w.index}: {w.requester.error}"
                          for w in self.workers if w.requester.error],
         }
+        if lossy:
+            elements = sum(w.elements for w in lossy)
+            filled = sum(w.zero_filled_elements for w in lossy)
+            histogram = getattr(getattr(self.engine, "model", None), "contributors", Counter())
+            workers = max(w.job.workers for w in lossy)
+            summary["lossy"] = {
+                "zero_filled_elements": filled, "recovered": sum(w.recovered for w in lossy),
+                "result_requests": sum(w.result_requests for w in lossy),
+                "loss_fraction": round(filled / elements, 6) if elements else 0.0,
+                "contributors_histogram": {str(n): histogram[n] for n in range(workers + 1)},
+            }
+        return summary
 
 
 def expected_sum(job, inputs):
@@ -362,11 +433,23 @@ def expected_sum(job, inputs):
     return tree_sum(get_format(job.dtype), inputs, ftz=job.ftz).astype(inputs.dtype)
 
 
+def expected_partial_sum(job, inputs, contributors):
+    """The bounded-loss all-reduce of ``inputs`` (workers x elements bit patterns) that a result whose
+    elements have the bitmaps ``contributors`` must hold: each element the tree sum of exactly its
+    contributors (an absent leaf passes its sibling through), +0 where there is none."""
+    if inputs.shape[1] == 0:
+        return np.zeros(0, dtype=inputs.dtype)
+    mask = (np.asarray(contributors, dtype=np.uint32)[None, :] >> np.arange(inputs.shape[0], dtype=np.uint32)[:, None]
+            ) & 1
+    return tree_sum(get_format(job.dtype), inputs, mask=mask.astype(bool), ftz=job.ftz).astype(inputs.dtype)
+
+
 def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, ports=1, message_packets=4,
                     message_slots=4, seed=0, inputs=None, faults_up=None, faults_down=None, engine=None,
                     width=64, delay_ns=500, timeout_ns=1_000_000, retry_limit=7, max_outstanding=64,
-                    credit_timeout_ns=1_000_000, start_psn=None, start_msg=0, extra_hosts=(), pcap=None,
-                    class_map=None, source_port=SourcePort.FIXED):
+                    credit_timeout_ns=None, start_psn=None, start_msg=0, extra_hosts=(), pcap=None,
+                    class_map=None, source_port=None, traffic_class=JobClass.RELIABLE, deadline_us=None,
+                    loss_bound=0.01, rescale=True, result_timeout_ns=None, layers=None):
     """Jobs of ``workers`` workers each all-reducing ``nbytes`` bytes, around a switch engine (the golden
     model unless ``engine`` is a factory taking the :class:`SwitchConfig`). ``inputs``: ``{job: array
     (workers, elements)}`` of bit patterns, else random gradients from ``seed``. ``start_psn``: the first PSN
@@ -377,7 +460,18 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     in ``network.hosts``), in the forwarding table. ``pcap``: a file to capture every frame in (module
     documentation). ``class_map`` (:class:`netreduce.host.classify.ClassMap`): the workers' RC traffic
     carries its reliable class in the DSCP; ``source_port``: the queue pairs' UDP source ports
-    (:class:`netreduce.host.rc.SourcePort`). Returns ``(network, jobs, inputs)``."""
+    (:class:`netreduce.host.rc.SourcePort`; ``FIXED`` by default, ``PER_PACKET`` for the bounded-loss class).
+
+    ``traffic_class="lossy"`` (or :attr:`JobClass.LOSSY`): every job is of the bounded-loss class, its workers
+    :class:`~netreduce.host.lossy.LossyWorker` s on UC queue pairs, with the job's deadline ``deadline_us``
+    (in clocks of ``width``; :func:`default_deadline_us` when ``None``), the workers' ``loss_bound``,
+    ``rescale`` and ``result_timeout_ns`` (twice the deadline and 50 us when ``None``; a request's timeout
+    is the deadline and 20 us; the credit timeout, when ``credit_timeout_ns`` is ``None``, the deadline
+    rather than 1 ms, so that a worker whose CREDIT and result were lost falls behind by about a deadline
+    and no more), their messages
+    classified by ``class_map`` (the default map when ``None``) over ``layers`` (``[(name, size), ...]``
+    per worker's tensor; the whole tensor when ``None``). Every receiver of a job keeps its results at one
+    address. Returns ``(network, jobs, inputs)``."""
     rng = np.random.default_rng(seed)
     fmt = get_format(dtype)
     hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
@@ -386,8 +480,24 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
         hosts.append(address)
         host_ports.append(port)
     switch_mac, switch_ip = 0x02_4E_52_00_00_01, "10.0.255.1"
+    lossy = JobClass(traffic_class) is JobClass.LOSSY
+    if source_port is None:
+        source_port = SourcePort.PER_PACKET if lossy else SourcePort.FIXED
+    deadline = {}
+    if lossy:
+        if deadline_us is None:
+            deadline_us = default_deadline_us(workers=workers, jobs=jobs, mtu=mtu, message_slots=message_slots,
+                                              width=width)
+        deadline = {"traffic_class": JobClass.LOSSY, "deadline_clocks": clocks_of_us(deadline_us, width)}
+        if result_timeout_ns is None:
+            result_timeout_ns = round(2 * deadline_us * 1000) + 50_000
+        request_timeout_ns = round(deadline_us * 1000) + 20_000
+        if credit_timeout_ns is None:
+            credit_timeout_ns = max(1000, round(deadline_us * 1000))
+    if credit_timeout_ns is None:
+        credit_timeout_ns = 1_000_000
     job_configs = [JobConfig(job=j, workers=workers, dtype=dtype, mtu=mtu, message_packets=message_packets,
-                             message_slots=message_slots, start_msg=start_msg) for j in range(jobs)]
+                             message_slots=message_slots, start_msg=start_msg, **deadline) for j in range(jobs)]
     qpn = itertools.count(0x100)
     plans = []      # (job, worker, requester qpn, responder qpn, start psn)
     for job in job_configs:
@@ -396,12 +506,13 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
             plans.append((job, w, next(qpn), next(qpn), psn))
     connections = [ConnectionConfig(job.job, w, hosts[w].mac, hosts[w].ip, rq,
                                     hosts[(w + 1) % workers].mac, hosts[(w + 1) % workers].ip, rs, psn,
-                                    requester_port=host_ports[w], responder_port=host_ports[(w + 1) % workers])
+                                    requester_port=host_ports[w], responder_port=host_ports[(w + 1) % workers],
+                                    responder_rkey=0x1000 + rs if lossy else None)
                    for job, w, rq, rs, psn in plans]
     config = SwitchConfig(mac=switch_mac, ip=switch_ip, ports=ports,
                           forwarding={h.mac: port for h, port in zip(hosts, host_ports, strict=True)},
                           jobs=job_configs, connections=connections)
-    engine = (engine or ModelEngine)(config)
+    engine = engine(config) if engine is not None else ModelEngine(config, clock_ns=CLOCK_NS[width])
     network = Network(engine, config, hosts, gbps=LINK_GBPS[width], delay_ns=delay_ns,
                       faults_up=faults_up or FaultSpec(), faults_down=faults_down or FaultSpec(), seed=seed,
                       beat_bytes=width // 8, pcap=pcap, host_ports=host_ports)
@@ -412,8 +523,12 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
         inputs = {job.job: random_operands(fmt, workers * elements, rng).astype(element)
                   .reshape(workers, elements) for job in job_configs}
     switch = HostAddress(switch_mac, switch_ip)
+    layer_sizes = [elements] if layers is None else [size for _, size in layers]
     for job, w, rq, rs, psn in plans:
         sender, peer = network.hosts[w], network.hosts[(w + 1) % workers]
+        if lossy:
+            _lossy_queue_pairs(job, sender, peer, rq, rs, psn, len(lossy_layout(job, layer_sizes)), source_port)
+            continue
         stride = job.message_packets * job.mtu
         size = max(1, len(message_layout(job, elements))) * stride
         rkey = 0x1000 + rs
@@ -441,6 +556,17 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
             host = network.hosts[w]
             rq, rs_out = by_plan[(job.job, w)]
             _, rs_in = by_plan[(job.job, (w - 1) % workers)]
+            if lossy:
+                worker = LossyWorker(job, w, data[w], requester=host.requesters[rq], responder=host.responders[rs_in],
+                                     memory=host.memory, result_va=_result_va(job), send_rkey=0x1000 + rs_out,
+                                     host=host.address, switch=switch, control_port=config.control_port,
+                                     receive_connection=(w - 1) % workers, layers=layers, class_map=class_map,
+                                     credit_timeout_ns=credit_timeout_ns, result_timeout_ns=result_timeout_ns,
+                                     request_timeout_ns=request_timeout_ns, loss_bound=loss_bound,
+                                     rescale=rescale)
+                host.workers.append(worker)
+                network.workers.append(worker)
+                continue
             worker = Worker(job, w, data[w], requester=host.requesters[rq], responder=host.responders[rs_in],
                             memory=host.memory, send_va=0x10_0000_0000 * (job.job + 1) + 0x1_0000_0000 * w,
                             send_rkey=0x1000 + rs_out, recv_va=0x10_0000_0000 * (job.job + 1)
@@ -450,3 +576,20 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
             host.workers.append(worker)
             network.workers.append(worker)
     return network, job_configs, {job.job: np.asarray(inputs[job.job], dtype=element) for job in job_configs}
+
+
+def _result_va(job):
+    """Where every receiver of a bounded-loss job keeps its results (message i at ``+ i * mtu``)."""
+    return 0x10_0000_0000 * (job.job + 1)
+
+
+def _lossy_queue_pairs(job, sender, peer, rq, rs, psn, messages, source_port):
+    """Connection ``rq`` -> ``rs`` of a bounded-loss job: a UC requester on ``sender``, a UC responder and
+    its result buffer (at the job's one address, under the R_Key the switch is configured with) on ``peer``."""
+    peer.memory.register(_result_va(job), max(1, messages) * job.mtu, 0x1000 + rs)
+    sender.requesters[rq] = UcRequester(Endpoint(sender.address.mac, sender.address.ip, rq),
+                                        Endpoint(peer.address.mac, peer.address.ip, rs), start_psn=psn,
+                                        mtu=job.mtu, source_port=source_port)
+    peer.responders[rs] = UcResponder(Endpoint(peer.address.mac, peer.address.ip, rs),
+                                      Endpoint(sender.address.mac, sender.address.ip, rq), memory=peer.memory,
+                                      start_psn=psn, mtu=job.mtu)

@@ -11,7 +11,7 @@ connection ``w - 1``, into which the switch delivers the sums (docs/ARCHITECTURE
   sums whole 32-bit words, so a message of an odd number of 16-bit elements carries one more element, +0,
   which the receiver ignores.
 - **Credits.** The worker starts a message only while its sequence number is not ahead of the highest one
-  the switch allowed (``start_msg + message_slots - 1`` before any CREDIT arrives), comparing modulo 2^32
+  the switch allowed (``start_msg + W - 1`` before any CREDIT arrives, W the job's window), comparing modulo 2^32
   (:func:`netreduce.wire.msg_distance`). A CREDIT counts only when its frame comes from the switch's MAC,
   IPv4 address and control port: anyone can send one, and a forged CREDIT would let the worker overrun
   the switch's window. While it waits for a credit, it sends a CREDIT_REQUEST every
@@ -47,9 +47,10 @@ def tensor_dtype(dtype):
 
 
 def message_layout(job, elements):
-    """``[(first element, element count), ...]`` of the messages of a tensor of ``elements`` elements."""
+    """``[(first element, element count), ...]`` of the messages of a tensor of ``elements`` elements (of
+    one packet each for a bounded-loss job)."""
     size = tensor_dtype(job.dtype).itemsize
-    per_message = (job.message_packets * job.mtu - AGG_HEADER_BYTES) // size
+    per_message = (job.packets_per_message * job.mtu - AGG_HEADER_BYTES) // size
     return [(start, min(per_message, elements - start)) for start in range(0, elements, per_message)]
 
 
@@ -73,8 +74,8 @@ class Worker:
         if class_map is not None:
             requester.dscp = responder.dscp = class_map.reliable
         self.layout = message_layout(job, len(self.tensor))
-        self.stride = job.message_packets * job.mtu
-        self.allowed = (job.start_msg + job.message_slots - 1) % MSG_SEQ_MODULUS   # the highest msg_seq allowed
+        self.stride = job.packets_per_message * job.mtu
+        self.allowed = (job.start_msg + job.window - 1) % MSG_SEQ_MODULUS   # the highest msg_seq allowed
         self.next_message = 0                        # the index of the next message to post
         self.completed = 0                           # own messages acknowledged end to end
         self.result = np.zeros_like(self.tensor)
@@ -124,6 +125,10 @@ class Worker:
         self.completed += self._drain(self.requester.completions)
         for va, length, _immediate in self._take(self.responder.completions):
             self._deliver(va, length)
+        return self._credit_frames(now)
+
+    def _credit_frames(self, now):
+        """A CREDIT_REQUEST when the worker has waited ``credit_timeout_ns`` for a credit (again)."""
         if self.next_message < self.messages and not self.may_post:
             if self._waiting_since is None:
                 self._waiting_since = now

@@ -23,7 +23,7 @@ __all__ = [
     "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES",
     "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType",
     "PSN_MODULUS", "psn_distance", "MSG_SEQ_MODULUS", "msg_distance", "GAP_PSN_SHIFT",
-    "RC_WRITE_OPCODES", "AethSyndrome",
+    "RC_WRITE_OPCODES", "UC_WRITE_OPCODES", "AethSyndrome",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -252,6 +252,8 @@ CONTROL_PORT = 4792         # default UDP port (source and destination) of contr
 class ControlType(IntEnum):
     CREDIT = 1              # switch to host: ``value`` = the highest message sequence number allowed
     CREDIT_REQUEST = 2      # host to switch: please send my CREDIT again
+    RESULT_REQUEST = 3      # host to switch (a bounded-loss job's receiver): ``value`` = the msg_seq of a
+                            # result it misses; answered from the message's slot while it holds it
 
 
 # --- RC transport rules shared by the endpoints and the switch -------------------------------------------
@@ -276,6 +278,11 @@ RC_WRITE_OPCODES = {
     "FIRST": 0x06, "MIDDLE": 0x07, "LAST": 0x08, "LAST_WITH_IMMEDIATE": 0x09,
     "ONLY": 0x0A, "ONLY_WITH_IMMEDIATE": 0x0B,
 }
+
+
+# UC RDMA WRITE opcodes: name -> opcode (IBA table 38: the RC operation codes plus 0x20). The bounded-loss
+# class sends every message as one WRITE ONLY with immediate.
+UC_WRITE_OPCODES = {name: 0x20 | code for name, code in RC_WRITE_OPCODES.items()}
 
 
 class AethSyndrome(IntEnum):

@@ -14,8 +14,15 @@ only when it is *bound* to it (arrived on the configured port, from the configur
 configured destination), an ACK moves a connection's delivered PSN no further than the newest result the
 switch has sent on it, and frames in the switch's own name are dropped. Message sequence numbers are
 compared modulo 2^32 (:func:`netreduce.wire.msg_distance`), PSNs modulo 2^24.
+
+A job of the bounded-loss class (``JobConfig(traffic_class="lossy", deadline_clocks=D)``; docs/ARCHITECTURE.md,
+"Bounded-loss class (MLT)") aggregates single-packet UC messages identified by their aggregation header, in
+any order and from any port, and completes each one when every worker has contributed or ``D`` clocks after
+it opened. The switch's clock is the ``now`` given with each frame (:meth:`SwitchModel.receive`) or to
+:meth:`SwitchModel.advance`; without it the clock stands still, and the reliable class never needs it.
 """
 
+import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -41,13 +48,16 @@ from netreduce.wire import (
     MSG_SEQ_MODULUS,
     PSN_MODULUS,
     RC_WRITE_OPCODES,
+    UC_WRITE_OPCODES,
     AethSyndrome,
     ControlType,
     header_bytes,
+    msg_distance,
     psn_distance,
 )
 
-__all__ = ["JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "COUNTERS", "GAP_PSN_SHIFT"]
+__all__ = ["JobClass", "JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "SlotState", "COUNTERS",
+           "GAP_PSN_SHIFT", "LOSSY_MAX_WORKERS", "HISTOGRAM_COUNTERS", "contributors_counter"]
 
 _FIRST = {RC_WRITE_OPCODES["FIRST"], RC_WRITE_OPCODES["ONLY"], RC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]}
 _LAST = {RC_WRITE_OPCODES["LAST"], RC_WRITE_OPCODES["LAST_WITH_IMMEDIATE"], RC_WRITE_OPCODES["ONLY"],
@@ -57,12 +67,39 @@ _ACKNOWLEDGE = 0x11
 _ELEMENT_ALIGN = 4      # payload lengths are whole 32-bit words: one binary32 or two 16-bit elements
 _CONTROL_UDP_LEN = 8 + header_bytes(CONTROL_PACKET)     # 20: a UDP length that holds the whole control message
 _VID_MASK = 0xFFF
+_LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # 0x2B: a bounded-loss job's only data opcode
+LOSSY_MAX_WORKERS = 32          # the contributor bitmap is the 32-bit immediate
+# the contributor histogram among the counters: contributors_0 .. contributors_7, contributors_8_or_more
+HISTOGRAM_COUNTERS = tuple(f"contributors_{n}" for n in range(8)) + ("contributors_8_or_more",)
+
+
+def contributors_counter(n):
+    """The counter of a completion with ``n`` contributors."""
+    return HISTOGRAM_COUNTERS[min(n, len(HISTOGRAM_COUNTERS) - 1)]
+
+
+class JobClass(enum.Enum):
+    """The traffic class of a job (docs/ARCHITECTURE.md, "Bounded-loss class (MLT)"): ``RELIABLE`` RC
+    messages of up to M packets, summed when every worker's packet is in (rules 1-8); ``LOSSY``
+    single-packet UC messages, summed when every worker's is in or at the job's deadline."""
+    RELIABLE = "reliable"
+    LOSSY = "lossy"
+
+
+class SlotState(enum.Enum):
+    """A bounded-loss job's message slot: never used, holding an open message, or holding a completed
+    one's result (until a later message opens the slot)."""
+    FREE = "free"
+    OPEN = "open"
+    COMPLETE = "complete"
 
 
 @dataclass(frozen=True)
 class JobConfig:
     """A job of ``workers`` workers. ``message_slots`` K, a power of two, is the credit window; the job's
-    first message is ``start_msg`` (its sequence numbers go on modulo 2^32)."""
+    first message is ``start_msg`` (its sequence numbers go on modulo 2^32). ``traffic_class``: a
+    :class:`JobClass` or its value; a ``"lossy"`` job has at most 32 workers, K at least 2 (its window is
+    K/2) and a ``deadline_clocks`` of at least 1, a reliable one none."""
     job: int
     workers: int
     dtype: str = "fp32"
@@ -71,9 +108,16 @@ class JobConfig:
     message_slots: int = 4
     ftz: bool = False
     start_msg: int = 0
+    traffic_class: JobClass = JobClass.RELIABLE
+    deadline_clocks: int | None = None
 
     def __post_init__(self):
         get_format(self.dtype)      # ValueError naming the formats (the names of wire.DTYPE_CODES)
+        try:
+            object.__setattr__(self, "traffic_class", JobClass(self.traffic_class))
+        except ValueError:
+            raise ValueError(f"traffic_class {self.traffic_class!r} is neither "
+                             f"{' nor '.join(repr(c.value) for c in JobClass)}") from None
         if not 0 <= self.job < 1 << 16:
             raise ValueError(f"job id {self.job} does not fit in 16 bits")
         for name in ("workers", "mtu", "message_packets", "message_slots"):
@@ -86,6 +130,32 @@ class JobConfig:
             raise ValueError(f"message_slots {self.message_slots} is not a power of two")
         if not 0 <= self.start_msg < MSG_SEQ_MODULUS:
             raise ValueError(f"start_msg {self.start_msg} does not fit in 32 bits")
+        if not self.lossy:
+            if self.deadline_clocks is not None:
+                raise ValueError("deadline_clocks is for bounded-loss jobs only (traffic_class='lossy')")
+            return
+        if self.workers > LOSSY_MAX_WORKERS:
+            raise ValueError(f"a bounded-loss job has at most {LOSSY_MAX_WORKERS} workers (the bitmap in the "
+                             f"immediate), not {self.workers}")
+        if self.message_slots < 2:
+            raise ValueError("a bounded-loss job needs message_slots of at least 2 (its window is half of them)")
+        if not isinstance(self.deadline_clocks, int) or self.deadline_clocks < 1:
+            raise ValueError(f"a bounded-loss job needs deadline_clocks of at least 1, not {self.deadline_clocks!r}")
+
+    @property
+    def lossy(self):
+        return self.traffic_class is JobClass.LOSSY
+
+    @property
+    def window(self):
+        """The messages a worker may have in the switch at once: K, or K/2 for a bounded-loss job (whose
+        other half of the slots keep earlier results for the receivers that ask again)."""
+        return self.message_slots // 2 if self.lossy else self.message_slots
+
+    @property
+    def packets_per_message(self):
+        """The most packets of one message: ``message_packets``, or 1 for a bounded-loss job."""
+        return 1 if self.lossy else self.message_packets
 
 
 @dataclass(frozen=True)
@@ -94,7 +164,9 @@ class ConnectionConfig:
     peer host). MACs and IPv4 addresses as strings or ints; QPNs 24 bits. ``requester_port`` and
     ``responder_port`` are the switch ports each side's frames arrive on, ``requester_vlan`` and
     ``responder_vlan`` ``None`` (untagged frames) or the 12-bit VLAN id each side's frames are tagged with:
-    with the MACs and IPv4 addresses they bind the connection's frames to where its hosts are."""
+    with the MACs and IPv4 addresses they bind the connection's frames to where its hosts are (a bounded-loss
+    job's data frames and requests: anywhere but the port). ``responder_rkey`` (bounded-loss jobs, required):
+    the R_Key of the responder's result buffer, which every result to it carries."""
     job: int
     worker: int
     requester_mac: object
@@ -108,12 +180,15 @@ class ConnectionConfig:
     requester_vlan: int | None = None
     responder_port: int = 0
     responder_vlan: int | None = None
+    responder_rkey: int | None = None
 
     def __post_init__(self):
         for side in ("requester", "responder"):
             vlan = getattr(self, f"{side}_vlan")
             if vlan is not None and not 0 <= vlan <= _VID_MASK:
                 raise ValueError(f"{side}_vlan {vlan} is not a 12-bit VLAN id (or None: untagged)")
+        if self.responder_rkey is not None and not 0 <= self.responder_rkey < 1 << 32:
+            raise ValueError(f"responder_rkey {self.responder_rkey} is not a 32-bit R_Key")
 
 
 @dataclass
@@ -168,11 +243,37 @@ class _MessageSlot:
         self.count = [None] * job.workers
 
 
+class _LossySlot:
+    """A message slot of a bounded-loss job: the message it holds (``seq``, open or completed), the clock it
+    opened at, its contributor bitmap and length; while open, each contributor's header record and payload;
+    once completed with contributors, the sum, the template (the lowest-numbered contributor's header record)
+    and the template's aggregation-header bytes."""
+    __slots__ = ("state", "seq", "opened", "bitmap", "length", "headers", "payloads", "sum", "template",
+                 "template_head")
+
+    def __init__(self):
+        self.state, self.seq, self.opened = SlotState.FREE, None, None
+        self.bitmap, self.length = 0, None
+        self.headers = self.payloads = self.sum = self.template = self.template_head = None
+
+    def holds(self, seq):
+        return self.state is not SlotState.FREE and self.seq == seq
+
+    def open(self, seq, now, workers):
+        self.state, self.seq, self.opened = SlotState.OPEN, seq, now
+        self.bitmap, self.length = 0, None
+        self.headers, self.payloads = [None] * workers, [None] * workers
+        self.sum = self.template = self.template_head = None
+
+
 class _Job:
     def __init__(self, config):
         self.config = config
         self.fmt = get_format(config.dtype)
-        self.slots = [_MessageSlot(config) for _ in range(config.message_slots)]
+        if config.lossy:
+            self.slots = [_LossySlot() for _ in range(config.message_slots)]
+        else:
+            self.slots = [_MessageSlot(config) for _ in range(config.message_slots)]
         self.oldest = config.start_msg          # the oldest message not yet released (modulo 2^32)
         self.connections = [None] * config.workers
         self.full = (1 << config.workers) - 1
@@ -199,8 +300,10 @@ class _Connection:
                                 config.responder_vlan)
 
     def data_bound(self, port, h):
-        """A data frame comes from the requester's place and goes to the responder."""
-        return self.requester.is_source(port, h) and self.responder.is_destination(h)
+        """A data frame comes from the requester's place and goes to the responder (for a bounded-loss job,
+        from any port)."""
+        return (self.requester.is_source(None if self.job.config.lossy else port, h)
+                and self.responder.is_destination(h))
 
     def ack_bound(self, port, h):
         """An ACK or NAK comes from the responder's place and goes to the requester."""
@@ -215,9 +318,9 @@ class _Place:
         self.mac, self.ip, self.port, self.vlan = mac_to_int(mac), ip_to_int(ip), port, vlan
 
     def is_source(self, port, h):
-        """The frame arrived from here: on this port, from this MAC, in this VLAN (the key or the control
-        check has already matched the source IP)."""
-        if port != self.port or h["eth_src"] != self.mac:
+        """The frame arrived from here: on this port (``None``: on any port), from this MAC, in this VLAN (the
+        key or the control check has already matched the source IP)."""
+        if (port is not None and port != self.port) or h["eth_src"] != self.mac:
             return False
         if self.vlan is None:
             return not h["vlan_valid"]
@@ -229,11 +332,15 @@ class _Place:
 
 
 class SwitchModel:
-    """The switch: ``receive(port, frame)`` returns ``[(port, frame), ...]``; ``counters`` counts."""
+    """The switch: ``receive(port, frame, now=None)`` returns ``[(port, frame), ...]``; ``counters`` counts;
+    ``contributors`` is the exact histogram of the bounded-loss completions by number of contributors; ``now``
+    is the switch's clock (advanced by ``receive(..., now=)`` and :meth:`advance`)."""
 
     def __init__(self, config):
         self.config = config
         self.counters = Counter(dict.fromkeys(COUNTERS, 0))
+        self.contributors = Counter()
+        self.now = 0
         self._mac = mac_to_int(config.mac)
         self._ip = ip_to_int(config.ip)
         self.jobs = {}
@@ -260,12 +367,19 @@ class SwitchModel:
             missing = [w for w, c in enumerate(job.connections) if c is None]
             if missing:
                 raise ValueError(f"job {job.config.job}: no connection for workers {missing}")
+            if job.config.lossy and any(c.config.responder_rkey is None for c in job.connections):
+                raise ValueError(f"job {job.config.job} is bounded-loss: every connection needs responder_rkey")
+        self._lossy_jobs = [job for job in self.jobs.values() if job.config.lossy]
 
     # --- entry point ----------------------------------------------------------------------------------
 
-    def receive(self, port, frame):
+    def receive(self, port, frame, now=None):
+        """The frames leaving for ``frame`` arriving on ``port`` at clock ``now`` (``None``: the clock stands
+        still); the deadlines up to ``now`` fire first, and their frames come first."""
         self.counters["frames_in"] += 1
         out = []
+        if now is not None:
+            self._expire(now, out)
         parsed = parse_frame(frame)
         h = parsed.header
         if h["roce"] and not verdict_good(h, parsed.verdict):
@@ -299,6 +413,19 @@ class SwitchModel:
         self.counters["frames_out"] += len(out)
         return out
 
+    def advance(self, now):
+        """Move the clock to ``now`` and fire every deadline up to it: the frames leaving."""
+        out = []
+        self._expire(now, out)
+        self.counters["frames_out"] += len(out)
+        return out
+
+    @property
+    def next_deadline(self):
+        """The clock of the earliest deadline of an open bounded-loss message, or ``None``."""
+        return min((slot.opened + job.config.deadline_clocks for job in self._lossy_jobs for slot in job.slots
+                    if slot.state is SlotState.OPEN), default=None)
+
     def _emit(self, frame, out):
         out.append((self.config.port_of(int.from_bytes(frame[:6], "big")), frame))
 
@@ -320,28 +447,46 @@ class SwitchModel:
                 and h["udp_dport"] == self.config.control_port)
 
     def _control(self, port, h, frame_payload, out):
-        """A control packet: only a CREDIT_REQUEST to the switch from the requester of the worker it names
-        is answered; nothing is forwarded."""
-        conn = None
+        """A control packet: only a CREDIT_REQUEST to the switch from the requester of the worker it names,
+        or a bounded-loss job's RESULT_REQUEST from the responder (the receiver) of the worker it names, is
+        answered; nothing is forwarded."""
+        message = conn = None
         if h["ip_dst"] == self._ip and h["udp_len"] >= _CONTROL_UDP_LEN:
             # the parser puts a non-RoCE frame whole into its payload stream; the message ends where the UDP
             # length says, and a frame too short to hold it holds none
             message = parse_control_payload(udp_payload(frame_payload, h))
-            if message is not None and message.type == ControlType.CREDIT_REQUEST:
-                job = self.jobs.get(message.job)
-                if job is not None and message.worker < job.config.workers:
-                    candidate = job.connections[message.worker]
-                    if h["ip_src"] == candidate.requester.ip and candidate.requester.is_source(port, h):
-                        conn = candidate
+            conn = self._control_sender(port, h, message)
         if conn is None:
             self.counters["drop_control"] += 1
-            return
-        self.counters["credit_requests"] += 1
-        self._send_credit(conn, out)
+        elif message.type == ControlType.CREDIT_REQUEST:
+            self.counters["credit_requests"] += 1
+            self._send_credit(conn, out)
+        else:
+            self._result_request(conn, message.value, out)
+
+    def _control_sender(self, port, h, message):
+        """The connection whose worker ``message`` speaks for, if the switch answers it and it comes from that
+        worker's place: a CREDIT_REQUEST from the requester, a RESULT_REQUEST of a bounded-loss job from the
+        responder (on any port for a bounded-loss job); else ``None``."""
+        if message is None or message.type not in (ControlType.CREDIT_REQUEST, ControlType.RESULT_REQUEST):
+            return None
+        job = self.jobs.get(message.job)
+        if job is None or message.worker >= job.config.workers:
+            return None
+        conn = job.connections[message.worker]
+        if message.type == ControlType.CREDIT_REQUEST:
+            place = conn.requester
+        elif job.config.lossy:
+            place = conn.responder
+        else:
+            return None
+        if h["ip_src"] == place.ip and place.is_source(None if job.config.lossy else port, h):
+            return conn
+        return None
 
     def _send_credit(self, conn, out):
         job = conn.job
-        allowed = (job.oldest + job.config.message_slots - 1) % MSG_SEQ_MODULUS
+        allowed = (job.oldest + job.config.window - 1) % MSG_SEQ_MODULUS
         message = ControlMessage(ControlType.CREDIT, job.config.job, conn.worker, allowed)
         self._emit(build_control_frame(message, src_mac=self._mac, dst_mac=conn.config.requester_mac,
                                        src_ip=self._ip, dst_ip=conn.config.requester_ip,
@@ -367,7 +512,10 @@ class SwitchModel:
                 self.counters["acks_ahead"] += 1
 
     def _release(self, job, out):
-        """Release the job's oldest messages while every worker's receiver has them all."""
+        """Release the job's oldest messages while every worker's receiver has them all (a bounded-loss job's
+        messages are released by their completion instead)."""
+        if job.config.lossy:
+            return
         while True:
             slot = job.slots[job.oldest % job.config.message_slots]
             if not slot.busy or slot.seq != job.oldest:
@@ -387,6 +535,9 @@ class SwitchModel:
     # --- data direction -----------------------------------------------------------------------------------
 
     def _data_packet(self, conn, parsed, out):
+        if conn.job.config.lossy:
+            self._contribution(conn, parsed, out)
+            return
         h, payload = parsed.header, parsed.payload
         opcode = h["bth_opcode"]
         if opcode not in _WRITES:
@@ -485,6 +636,140 @@ class SwitchModel:
                 return
         self.counters["passthrough_stale"] += 1
         self._pass(parsed, out)
+
+    # --- the bounded-loss class ------------------------------------------------------------------------------
+
+    def _contribution(self, conn, parsed, out):
+        """A bound data frame of a bounded-loss job: aggregated into its message's slot by the message number
+        of its aggregation header, whatever its PSN, if the message is open or may open."""
+        h, payload = parsed.header, parsed.payload
+        job, cfg, w = conn.job, conn.job.config, conn.worker
+        if h["bth_opcode"] != _LOSSY_OPCODE:
+            self.counters["passthrough_opcode"] += 1
+            self._pass(parsed, out)
+            return
+        header = AggHeader.unpack(payload)
+        if header is None or header.job != cfg.job or header.dtype != cfg.dtype:
+            self.counters["drop_bad_header"] += 1
+            return
+        seq = header.msg_seq
+        slot = job.slots[seq % cfg.message_slots]
+        held = slot.holds(seq)
+        if held and slot.bitmap >> w & 1:
+            self.counters["duplicates_dropped"] += 1
+            return
+        if held and slot.state is SlotState.COMPLETE:
+            self.counters["late"] += 1
+            return
+        if not held:
+            d = msg_distance(seq, job.oldest)
+            if d < 0:
+                self.counters["late"] += 1
+                return
+            if d >= cfg.window:
+                self.counters["drop_no_credit"] += 1
+                return
+        length = h["payload_len"]
+        if not (h["bth_pad"] == 0 and length % _ELEMENT_ALIGN == 0 and length <= cfg.mtu and len(payload) == length
+                and (not held or slot.length in (None, length))):
+            self.counters["drop_bad_length"] += 1
+            return
+        if not held:
+            self._open(job, seq)
+        slot.length = length
+        slot.headers[w] = h
+        slot.payloads[w] = payload
+        slot.bitmap |= 1 << w
+        self.counters["aggregated"] += 1
+        if slot.bitmap == job.full:
+            self._complete(job, slot, out, at_deadline=False)
+
+    def _open(self, job, seq):
+        """Open message ``seq`` of the window, and every message of the window before it that has not opened
+        (their packets are lost or on their way): each at the current clock, with no contribution."""
+        for d in range(msg_distance(seq, job.oldest) + 1):
+            m = (job.oldest + d) % MSG_SEQ_MODULUS
+            slot = job.slots[m % job.config.message_slots]
+            if not slot.holds(m):
+                slot.open(m, self.now, job.config.workers)
+
+    def _expire(self, now, out):
+        """Move the clock to ``now``; complete every open message whose deadline has come, in the order of the
+        deadlines, then of the jobs' configuration, then of the messages."""
+        if now < self.now:
+            raise ValueError(f"the clock goes back from {self.now} to {now}")
+        self.now = now
+        due = [(slot.opened + job.config.deadline_clocks, j, msg_distance(slot.seq, job.oldest), job, slot)
+               for j, job in enumerate(self._lossy_jobs) for slot in job.slots
+               if slot.state is SlotState.OPEN and slot.opened + job.config.deadline_clocks <= now]
+        for *_, job, slot in sorted(due, key=lambda entry: entry[:3]):
+            self._complete(job, slot, out, at_deadline=True)
+
+    def _complete(self, job, slot, out, *, at_deadline):
+        """The message in ``slot`` completes with the contributors it has: each worker's receiver gets the
+        result (if there is any contributor), then the job's oldest completed messages are released."""
+        contributors = slot.bitmap
+        n = contributors.bit_count()
+        if at_deadline:
+            self.counters["deadline_completions"] += 1
+        self.counters[contributors_counter(n)] += 1
+        self.contributors[n] += 1
+        slot.state = SlotState.COMPLETE
+        if contributors:
+            lowest = (contributors & -contributors).bit_length() - 1
+            slot.sum = self._masked_sum(job, slot)
+            slot.template, slot.template_head = slot.headers[lowest], slot.payloads[lowest][:AGG_HEADER_BYTES]
+            for conn in job.connections:
+                self._emit(self._lossy_result(conn, slot), out)
+                self.counters["results_sent"] += 1
+        slot.headers = slot.payloads = None
+        while True:
+            oldest = job.slots[job.oldest % job.config.message_slots]
+            if not (oldest.holds(job.oldest) and oldest.state is SlotState.COMPLETE):
+                return
+            job.oldest = (job.oldest + 1) % MSG_SEQ_MODULUS
+            for conn in job.connections:
+                self._send_credit(conn, out)
+
+    @staticmethod
+    def _masked_sum(job, slot):
+        """The tree sum of exactly the slot's contributors (an absent leaf passes its sibling through)."""
+        element = np.dtype("<u4") if job.fmt.width == 32 else np.dtype("<u2")
+        absent = np.zeros(slot.length // element.itemsize, dtype=element)
+        contributions = np.stack([absent if p is None else np.frombuffer(p, dtype=element) for p in slot.payloads])
+        mask = None
+        if slot.bitmap != job.full:
+            mask = np.array([slot.bitmap >> w & 1 for w in range(job.config.workers)], dtype=bool)
+        return tree_sum(job.fmt, contributions, mask=mask, ftz=job.config.ftz).astype(element).tobytes()
+
+    @staticmethod
+    def _lossy_result(conn, slot):
+        """The result of a completed message for worker ``conn.worker``'s receiver: the template, addressed
+        from the worker's requester to its responder, with the connection's next PSN, the responder's R_Key
+        and the contributor bitmap in the immediate."""
+        cfg = conn.config
+        conn.sent = (conn.sent + 1) % PSN_MODULUS
+        vlan = cfg.requester_vlan
+        header = {**slot.template, "eth_dst": conn.responder.mac, "eth_src": conn.requester.mac,
+                  "vlan_valid": int(vlan is not None), "vlan_tci": vlan or 0, "ip_src": conn.requester.ip,
+                  "ip_dst": conn.responder.ip, "bth_dest_qp": cfg.responder_qpn, "bth_psn": conn.sent,
+                  "reth_rkey": cfg.responder_rkey, "immdt": slot.bitmap}
+        return deparse_frame(header, slot.template_head + slot.sum[AGG_HEADER_BYTES:])
+
+    def _result_request(self, conn, seq, out):
+        """A receiver asks for the result of message ``seq`` again: answered from the slot while it holds it
+        completed; a message of the window that has not opened opens; anything else is stale."""
+        self.counters["result_requests"] += 1
+        job = conn.job
+        slot = job.slots[seq % job.config.message_slots]
+        if slot.holds(seq):
+            if slot.state is SlotState.COMPLETE and slot.bitmap:
+                self._emit(self._lossy_result(conn, slot), out)
+                self.counters["results_resent"] += 1
+        elif 0 <= msg_distance(seq, job.oldest) < job.config.window:
+            self._open(job, seq)
+        else:
+            self.counters["result_requests_stale"] += 1
 
     # --- the sum --------------------------------------------------------------------------------------------
 

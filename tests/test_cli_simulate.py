@@ -158,9 +158,109 @@ def test_pcap_dissected_by_tshark(faulty_capture):
     (["--workers", "2", "--bytes", "8", "--start-msg", "-1"], "32-bit message number"),
     (["--workers", "2", "--bytes", "8", "--waves", "out.vcd"], "--engine rtl"),
     (["--workers", "2", "--bytes", "8", "--pcap", "no/such/folder/out.pcapng"], "cannot write"),
+    (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--class", "lossy"],
+     "the RTL does not implement the bounded-loss class yet"),
+    (["--workers", "2", "--bytes", "8", "--deadline-us", "5"], "--class lossy"),
+    (["--workers", "2", "--bytes", "8", "--loss-bound", "0.1"], "--class lossy"),
+    (["--workers", "2", "--bytes", "8", "--no-rescale"], "--class lossy"),
+    (["--workers", "33", "--bytes", "8", "--class", "lossy"], "at most 32 workers"),
+    (["--workers", "2", "--bytes", "8", "--class", "lossy", "--message-slots", "1"], "at least 2"),
+    (["--workers", "2", "--bytes", "8", "--class", "lossy", "--loss-bound", "2"], "fraction"),
+    (["--workers", "2", "--bytes", "8", "--class", "lossy", "--deadline-us", "0"], "positive"),
+    (["--workers", "2", "--bytes", "8", "--class", "best-effort"], "invalid choice"),
 ])
 def test_user_errors_are_one_line(args, message):
     result = netreduce("simulate", *args)
     assert result.returncode == 2
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+# --- the bounded-loss class (docs/ARCHITECTURE.md, "Bounded-loss class (MLT)") ---------------------------------
+
+LOSSY_KEYS = {"deadline_completions", "late", "zero_filled_elements", "recovered", "contributors_histogram",
+              "loss_fraction"}
+
+
+def lossy_run(tmp_path, *args):
+    dump = tmp_path / "out.npz"
+    result = netreduce("simulate", "--class", "lossy", *args, "--dump", str(dump))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0]), np.load(dump)
+
+
+def check_partial_sums(arrays, jobs, workers, elements, dtype="fp32"):
+    """Every element of every result is the tree sum of exactly the workers its bitmap names, +0 where it
+    names none; returns the bitmaps."""
+    bits = {"fp32": np.uint32, "fp16": np.uint16, "bf16": np.uint16}[dtype]
+    everything = []
+    for job in range(jobs):
+        inputs = np.stack([arrays[f"job{job}_worker{w}_input"] for w in range(workers)]).view(bits)
+        assert inputs.shape == (workers, elements)
+        for w in range(workers):
+            result = arrays[f"job{job}_worker{w}_result"].view(bits)
+            contributors = arrays[f"job{job}_worker{w}_contributors"]
+            assert contributors.dtype == np.uint32 and contributors.shape == (elements,)
+            assert (contributors < 1 << workers).all()
+            mask = (contributors[None, :] >> np.arange(workers, dtype=np.uint32)[:, None]) & 1
+            expected = tree_sum(dtype, inputs, mask=mask.astype(bool)).astype(bits)
+            np.testing.assert_array_equal(result, expected)
+            assert (result[contributors == 0] == 0).all()
+            everything.append(contributors)
+    return np.concatenate(everything)
+
+
+def test_lossy_summary_dump_and_match_under_loss(tmp_path):
+    """Loss before the switch fires deadlines: partial results, each the exact tree sum of its
+    contributors; the summary counts them."""
+    summary, arrays = lossy_run(tmp_path, "--workers", "3", "--bytes", "20000", "--mtu", "256", "--loss", "0.05",
+                                "--dup", "0.02", "--reorder", "0.02", "--jobs", "2", "--seed", "4")
+    assert SUMMARY_KEYS | LOSSY_KEYS <= summary.keys()
+    assert summary["class"] == "lossy" and summary["status"] == "done" and summary["match"] is True
+    assert summary["deadline_completions"] > 0 and summary["deadline_completions"] == \
+        summary["counters"]["deadline_completions"]
+    assert summary["late"] == summary["counters"]["late"]
+    histogram = summary["contributors_histogram"]
+    assert set(histogram) == {"0", "1", "2", "3"} and sum(histogram.values()) > 0
+    assert sum(histogram[k] for k in "012") == summary["deadline_completions"]
+    assert summary["rescale"] is True and 0 <= summary["loss_fraction"] < 1
+    assert len(arrays.files) == 3 * 3 * 2
+    contributors = check_partial_sums(arrays, 2, 3, 5000)
+    assert ((contributors != 0) & (contributors != 0b111)).any()             # partial sums were delivered
+    assert summary["zero_filled_elements"] == int((contributors == 0).sum())
+    assert summary["loss_fraction"] == round((contributors == 0).mean(), 6)
+
+
+@pytest.mark.parametrize("dtype,width,ports", [("fp32", 64, 1), ("bf16", 512, 2), ("fp16", 64, 3)])
+def test_lossy_without_loss_fires_no_deadline(tmp_path, dtype, width, ports):
+    """Duplicated and reordered frames, none lost: every message completes whole, before its deadline."""
+    summary, arrays = lossy_run(tmp_path, "--workers", "4", "--bytes", "6000", "--dtype", dtype, "--width",
+                                str(width), "--ports", str(ports), "--dup", "0.05", "--reorder", "0.05")
+    assert summary["match"] is True and summary["status"] == "done"
+    assert summary["deadline_completions"] == 0 and summary["late"] == 0
+    assert summary["zero_filled_elements"] == 0 and summary["loss_fraction"] == 0
+    assert summary["contributors_histogram"]["4"] == sum(summary["contributors_histogram"].values()) > 0
+    contributors = check_partial_sums(arrays, 1, 4, 3000 if dtype != "fp32" else 1500, dtype)
+    assert (contributors == 0b1111).all()
+
+
+def test_lossy_rescaling_and_loss_bound(tmp_path):
+    """--no-rescale averages by N instead of by each result's contributors (the summary's average_error
+    against the lossless mean moves); --loss-bound 1 lets every lost result be zero-filled, never asked for."""
+    source = tmp_path / "in.npz"
+    rng = np.random.default_rng(5)
+    signal = rng.standard_normal(2000)
+    np.savez(source, **{f"w{w}": (signal + 0.1 * rng.standard_normal(2000)).astype(np.float32) for w in range(4)})
+    common = ["--workers", "4", "--input", str(source), "--mtu", "256", "--loss", "0.05", "--seed", "6"]
+    rescaled, arrays = lossy_run(tmp_path, *common)
+    zero_filled, _ = lossy_run(tmp_path, *common, "--no-rescale")
+    assert rescaled["rescale"] is True and zero_filled["rescale"] is False
+    assert rescaled["match"] is True and zero_filled["match"] is True
+    # the same run but for the averaging: the same results; with gradients that agree, rescaling is closer
+    assert rescaled["contributors_histogram"] == zero_filled["contributors_histogram"]
+    assert rescaled["average_error"] < zero_filled["average_error"]
+    bound, _ = lossy_run(tmp_path, *common, "--loss-bound", "1")
+    assert bound["match"] is True and bound["recovered"] == 0 and bound["zero_filled_elements"] > 0
+    assert rescaled["recovered"] > 0

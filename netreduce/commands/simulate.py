@@ -6,6 +6,13 @@ summary: packets and bytes per direction, retransmissions, drops by reason, cloc
 per clock per port, and ``match`` (whether every worker's result equals the golden model's tree sum, bit
 for bit). ``--pcap`` writes every frame on every host's link, at both ends, with its simulated time in
 nanoseconds, to a pcapng file (``netreduce.host.network``); ``--waves`` the RTL simulation's waveform.
+
+``--class lossy`` runs the bounded-loss class instead (docs/ARCHITECTURE.md, "Bounded-loss class (MLT)"):
+every message is one UC WRITE ONLY with immediate, nothing is retransmitted, the switch completes a message
+when every worker's packet is in or ``--deadline-us`` after its first, each result names its contributors,
+and a worker zero-fills what never comes, recovering it with result requests past its ``--loss-bound``.
+``match`` then means: every element of every result is the tree sum of exactly the workers its bitmap names
+(+0 where nothing came).
 """
 
 import argparse
@@ -35,6 +42,7 @@ def _bounded(kind, low, high=None, what=None):
 
 
 _probability = _bounded(float, 0.0, 1.0, "is not a probability between 0 and 1")
+_fraction = _bounded(float, 0.0, 1.0, "is not a fraction between 0 and 1")
 _positive = _bounded(int, 1)
 _non_negative = _bounded(int, 0, what="must not be negative")
 
@@ -86,7 +94,31 @@ def register(subparsers):
                              "with tracing, the first time)")
     parser.add_argument("--time-limit-ms", type=float, default=1000.0, metavar="T",
                         help="simulated time after which the run stops with status \"timeout\"")
+    parser.add_argument("--class", dest="traffic_class", choices=("reliable", "lossy"), default="reliable",
+                        help="reliable: RC messages, retransmitted until summed (the default); lossy: MLT's "
+                             "bounded-loss class, single-packet UC messages summed when all are in or at a "
+                             "deadline")
+    parser.add_argument("--deadline-us", type=_positive_float, metavar="T",
+                        help="with --class lossy: the switch completes a message T us after its first packet "
+                             "(default: 10 us plus twice the time a port takes to carry a window of every "
+                             "worker's messages)")
+    parser.add_argument("--loss-bound", type=_fraction, metavar="F",
+                        help="with --class lossy: each worker zero-fills missing results up to this fraction of "
+                             "its elements, and asks the switch for them past it (default 0.01)")
+    parser.add_argument("--no-rescale", dest="rescale", action="store_false",
+                        help="with --class lossy: average by N (MLT's zero fill) rather than by the number of "
+                             "contributors of each result")
     parser.set_defaults(func=run)
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a positive number")
+    return value
 
 
 def load_inputs(path, workers, dtype):
@@ -146,6 +178,7 @@ def run(args):
         raise UserError(f"--message-slots {args.message_slots} is not a power of two")
     if args.waves and args.engine != "rtl":
         raise UserError("--waves needs --engine rtl")
+    _check_class(args)
     for path in (args.pcap, args.waves):
         if path:
             try:
@@ -161,7 +194,7 @@ def run(args):
     clocks = math.ceil(summary["time_ns"] / _clock_ns(args.width))
     beats_in = summary["host_to_switch"]["beats"]
     report = {
-        "engine": args.engine, "status": summary["status"], "match": summary["match"],
+        "engine": args.engine, "class": args.traffic_class, "status": summary["status"], "match": summary["match"],
         "workers": args.workers, "jobs": args.jobs, "bytes": nbytes, "mtu": args.mtu, "dtype": args.dtype,
         "width": args.width, "ports": args.ports, "seed": args.seed,
         "host_to_switch": summary["host_to_switch"], "switch_to_host": summary["switch_to_host"],
@@ -171,6 +204,8 @@ def run(args):
         "counters": summary["switch"], "errors": summary["errors"],
         "wall_seconds": round(time.monotonic() - started, 3),
     }
+    if args.traffic_class == "lossy":
+        report.update(summary["lossy"])
     if args.dump:
         _dump(args, pairs)
     print(json.dumps(report))
@@ -182,16 +217,41 @@ def _clock_ns(width):
     return CLOCK_NS[width]
 
 
+def _check_class(args):
+    """The options of the bounded-loss class go with ``--class lossy``, which the RTL does not run yet."""
+    if args.traffic_class != "lossy":
+        for given, flag in ((args.deadline_us is not None, "--deadline-us"),
+                            (args.loss_bound is not None, "--loss-bound"), (not args.rescale, "--no-rescale")):
+            if given:
+                raise UserError(f"{flag} needs --class lossy")
+        return
+    if args.engine == "rtl":
+        raise UserError("the RTL does not implement the bounded-loss class yet (--class lossy needs --engine model)")
+    if args.workers > 32:
+        raise UserError(f"--class lossy takes at most 32 workers (the contributor bitmap is 32 bits), not "
+                        f"{args.workers}")
+    if args.message_slots < 2:
+        raise UserError("--class lossy needs --message-slots of at least 2 (its window is half of them)")
+
+
 def _run_model(args, nbytes, inputs, spec):
-    """The golden model as the switch: ``(summary, {(job, worker): (input, result)})``."""
+    """The golden model as the switch: ``(summary, {(job, worker): (input, result[, contributors])})``."""
     import numpy as np
 
-    from ..host.network import build_allreduce, expected_sum
+    from ..host.network import build_allreduce, default_deadline_us, expected_partial_sum, expected_sum
+    lossy = {}
+    if args.traffic_class == "lossy":
+        deadline_us = args.deadline_us
+        if deadline_us is None:
+            deadline_us = default_deadline_us(workers=args.workers, jobs=args.jobs, mtu=args.mtu,
+                                              message_slots=args.message_slots, width=args.width)
+        lossy = {"traffic_class": "lossy", "deadline_us": deadline_us,
+                 "loss_bound": 0.01 if args.loss_bound is None else args.loss_bound, "rescale": args.rescale}
     network, jobs, inputs = build_allreduce(
         workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
         message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
         faults_up=spec, faults_down=spec, width=args.width, start_psn=args.start_psn, start_msg=args.start_msg,
-        pcap=args.pcap)
+        pcap=args.pcap, **lossy)
     total = sum(w.messages for w in network.workers)
     with _Progress(total) as progress:
         try:
@@ -200,11 +260,43 @@ def _run_model(args, nbytes, inputs, spec):
             network.close()
     summary = network.summary()
     match = status == "done"
+    if lossy:
+        for w in network.workers:
+            match = match and np.array_equal(w.result, expected_partial_sum(w.job, inputs[w.job.job], w.contributors))
+        summary["lossy"] = {"deadline_us": lossy["deadline_us"], "loss_bound": lossy["loss_bound"],
+                            "rescale": args.rescale,
+                            "deadline_completions": summary["switch"]["deadline_completions"],
+                            "late": summary["switch"]["late"], **summary["lossy"],
+                            "average_error": _average_error(network, inputs)}
+        summary["match"] = bool(match)
+        return summary, {(w.job.job, w.index): (inputs[w.job.job][w.index], w.result, w.contributors)
+                         for w in network.workers}
     for job in jobs:
         expected = expected_sum(job, inputs[job.job])
         match = match and all(np.array_equal(w.result, expected) for w in network.workers if w.job is job)
     summary["match"] = bool(match)
     return summary, {(w.job.job, w.index): (inputs[w.job.job][w.index], w.result) for w in network.workers}
+
+
+def _average_error(network, inputs):
+    """The relative RMS error of the workers' averages (rescaled or not) against the mean of every input,
+    over the elements where all of them are finite: what the loss and the rescaling do to the gradient that
+    training sees. ``None`` when no element qualifies or the mean is 0."""
+    import numpy as np
+
+    from ..sim.fp import get_format, to_float64
+    errors, scale = 0.0, 0.0
+    for w in network.workers:
+        values = to_float64(get_format(w.job.dtype), inputs[w.job.job])
+        with np.errstate(all="ignore"):
+            truth = values.mean(axis=0)
+            average = w.average()
+            finite = np.isfinite(values).all(axis=0) & np.isfinite(truth) & np.isfinite(average)
+            errors += float(np.sum((average[finite] - truth[finite]) ** 2))
+            scale += float(np.sum(truth[finite] ** 2))
+    if not scale or not np.isfinite(errors) or not np.isfinite(scale):
+        return None
+    return round(float(np.sqrt(errors / scale)), 6)
 
 
 def _run_rtl(args, nbytes, inputs):
@@ -255,10 +347,12 @@ def _dump(args, pairs):
     import numpy as np
     view = _bit_view(args.dtype)
     arrays = {}
-    for (job, worker), (source, result) in sorted(pairs.items()):
+    for (job, worker), (source, result, *contributors) in sorted(pairs.items()):
         key = f"job{job}_worker{worker}"
         arrays[f"{key}_input"] = source.view(view) if view else source
         arrays[f"{key}_result"] = result.view(view) if view else result
+        if contributors:
+            arrays[f"{key}_contributors"] = contributors[0].astype(np.uint32)
     try:
         np.savez(args.dump, **arrays)
     except OSError as error:
@@ -279,7 +373,7 @@ class _Progress:
         self.calls += 1
         if self.calls % 256:
             return
-        received = sum(len(w.received) for w in network.workers)
+        received = sum(len(w.received) + len(getattr(w, "filled", ())) for w in network.workers)
         if received > self.seen:
             self.bar.update(received - self.seen)
             self.seen = received
