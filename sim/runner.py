@@ -182,6 +182,7 @@ def _cached_verilog(component, name, build_dir, build_params):
             return cached.read_text()
         if shared.exists():
             text = shared.read_text()
+            shared.touch()                      # recently used: kept by the pruning below
         else:
             text = generate_verilog(component, name)
             try:
@@ -189,11 +190,22 @@ def _cached_verilog(component, name, build_dir, build_params):
                 partial = shared.with_suffix(f".{os.getpid()}.tmp")
                 partial.write_text(text)
                 partial.replace(shared)         # whole or not at all, whoever writes it
+                _prune(shared.parent)
             except OSError:
                 pass                            # a read-only home: the build folder's copy still serves
         cached.write_text(text)
         cached_key.write_text(key)
     return text
+
+
+VERILOG_CACHE_FILES = 32        # the most recently used designs kept in the shared cache (about 15 MB each)
+
+
+def _prune(folder):
+    """Keep the ``VERILOG_CACHE_FILES`` most recently used files of the shared cache."""
+    files = sorted(folder.glob("*.v"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for path in files[VERILOG_CACHE_FILES:]:
+        path.unlink(missing_ok=True)
 
 
 def verilog_cache():

@@ -42,3 +42,17 @@ def test_generated_verilog_is_shared_across_build_folders(tmp_path, monkeypatch)
     assert runner._cached_verilog(AxisAdder("fp16", stages=3), "fp_adder", second, build) == text
     with pytest.raises(AssertionError, match="generated again"):
         runner._cached_verilog(AxisAdder("fp16", stages=4), "fp_adder", second, {**build, "stages": 4})
+
+
+def test_shared_verilog_cache_keeps_the_most_recently_used(tmp_path, monkeypatch):
+    import os
+
+    from netreduce.sim import runner
+    monkeypatch.setattr(runner, "VERILOG_CACHE_FILES", 3)
+    for i in range(5):
+        path = tmp_path / f"{i}.v"
+        path.write_text("module m; endmodule")
+        os.utime(path, (1000 + i, 1000 + i))
+    os.utime(tmp_path / "0.v", (2000, 2000))        # used again lately
+    runner._prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.v", "3.v", "4.v"]
