@@ -334,6 +334,20 @@ class Memory:
 
 # --- frames ----------------------------------------------------------------------------------------------
 
+def checked_write(data, *, va, rkey, immediate, dscp):
+    """An RDMA WRITE work request's fields checked (``ValueError`` naming the first that does not fit);
+    returns ``data`` as bytes. Shared by the RC and UC requesters."""
+    data = bytes(data)
+    _check_int("va", va, 64)
+    _check_int("rkey", rkey, 32)
+    _check_int("dma length", len(data), 32)
+    if immediate is not None:
+        _check_int("immediate", immediate, 32)
+    if dscp is not None:
+        _check_int("dscp", dscp, 6)
+    return data
+
+
 def _template(local, remote, *, dscp, ecn, pkey, ttl):
     _check_int("dscp", dscp, 6)
     _check_int("ecn", ecn, 2)
@@ -500,14 +514,7 @@ class RcRequester(_Sender):
     def post_write(self, data, *, va, rkey, immediate=None, dscp=None):
         """Queue an RDMA WRITE of ``data`` to ``va`` under ``rkey``; returns the work request id. ``dscp``:
         the DSCP of its packets, instead of the QP's."""
-        data = bytes(data)
-        _check_int("va", va, 64)
-        _check_int("rkey", rkey, 32)
-        _check_int("dma length", len(data), 32)
-        if immediate is not None:
-            _check_int("immediate", immediate, 32)
-        if dscp is not None:
-            _check_int("dscp", dscp, 6)
+        data = checked_write(data, va=va, rkey=rkey, immediate=immediate, dscp=dscp)
         wr_id = self._next_wr_id
         self._next_wr_id += 1
         if self.error is not None:

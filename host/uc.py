@@ -57,7 +57,7 @@ Choices the IBA leaves open (or that this model makes)
 
 from collections import deque
 
-from netreduce.host.rc import Endpoint, Memory, SourcePort, _check_int, _Filter, _Sender, psn_add
+from netreduce.host.rc import Endpoint, Memory, SourcePort, _check_int, _Filter, _Sender, checked_write, psn_add
 from netreduce.wire import UC_WRITE_OPCODES
 
 __all__ = ["UcRequester", "UcResponder", "Endpoint", "Memory", "SourcePort", "UC_WRITE_OPCODES"]
@@ -101,14 +101,7 @@ class UcRequester(_Sender):
 
     def post_write(self, data, *, va, rkey, immediate=None, dscp=None):
         """Queue an RDMA WRITE of ``data`` to ``va`` under ``rkey``; returns the work request id."""
-        data = bytes(data)
-        _check_int("va", va, 64)
-        _check_int("rkey", rkey, 32)
-        _check_int("dma length", len(data), 32)
-        if immediate is not None:
-            _check_int("immediate", immediate, 32)
-        if dscp is not None:
-            _check_int("dscp", dscp, 6)
+        data = checked_write(data, va=va, rkey=rkey, immediate=immediate, dscp=dscp)
         wr_id = self._next_wr_id
         self._next_wr_id += 1
         self._queue.append((wr_id, data, va, rkey, immediate, dscp))

@@ -30,7 +30,7 @@ beats). Status and counters (outputs, counters 32 bits, wrapping): ``occupancy``
 ``high_water[q]`` (beats).
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -68,15 +68,7 @@ def EgressBeat(width):
     """One beat of a frame going to the egress stage: ``hw.stream.FrameBeat`` plus the frame's class, read
     on its first beat: ``dscp`` (its IPv4 DSCP) and ``lossy`` (the frame belongs to the bounded-loss class
     of a registered aggregation job: set by the switch, never taken from the frame's bytes)."""
-    check_width(width)
-    return data.StructLayout({
-        "data": unsigned(width),
-        "keep": unsigned(width // 8),
-        "first": 1,
-        "last": 1,
-        "dscp": 6,
-        "lossy": 1,
-    })
+    return data.StructLayout({**{name: field.shape for name, field in FrameBeat(width)}, "dscp": 6, "lossy": 1})
 
 
 def egress_stream(width):

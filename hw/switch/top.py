@@ -78,7 +78,7 @@ from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
 from ..stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
 from .match import ConnectionMatch
-from .registers import SwitchRegisters, fields_of
+from .registers import SwitchRegisters, fields_of, vlan_of
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
 
@@ -546,7 +546,7 @@ class NetReduceSwitch(wiring.Component):
         request_found_valid = (request.ok & request.found & (request_worker < job_n[request_j])
                                & conn_valid[request_conn] & (req_ip[request_conn] == ip_src)
                                & (req_mac[request_conn] == h.eth_src) & (req_port[request_conn] == hm.port)
-                               & (req_vlan[request_conn] == Cat(h.vlan_tci[:12], h.vlan_valid)))
+                               & (req_vlan[request_conn] == vlan_of(h)))
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
         OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
