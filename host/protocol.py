@@ -14,6 +14,7 @@ from netreduce.wire import (
     AGG_HEADER,
     AGG_MAGIC,
     AGG_VERSION,
+    CONTROL_DSCP,
     CONTROL_MAGIC,
     CONTROL_PACKET,
     CONTROL_PORT,
@@ -120,13 +121,14 @@ _IPV4_UDP = struct.Struct("!BBHHHBBH4s4sHHHH")
 
 
 def build_control_frame(message, *, src_mac, dst_mac, src_ip, dst_ip, port=CONTROL_PORT):
-    """A control packet as an Ethernet frame: IPv4 (DF, TTL 64, identification 0, checksum computed),
-    UDP from and to ``port`` with checksum 0, the 12-byte control payload, zero padding to 60 bytes."""
+    """A control packet as an Ethernet frame: IPv4 (DSCP ``CONTROL_DSCP``, DF, TTL 64, identification 0,
+    checksum computed), UDP from and to ``port`` with checksum 0, the 12-byte control payload, zero
+    padding to 60 bytes."""
     payload = pack_header(CONTROL_PACKET, {
         "magic": CONTROL_MAGIC, "version": CONTROL_VERSION, "type": int(message.type), "job": message.job,
         "worker": message.worker, "value": message.value})
     udp_len = 8 + len(payload)
-    ip = bytearray(_IPV4_UDP.pack(0x45, 0, 20 + udp_len, 0, 0x4000, 64, 17, 0,
+    ip = bytearray(_IPV4_UDP.pack(0x45, CONTROL_DSCP << 2, 20 + udp_len, 0, 0x4000, 64, 17, 0,
                                   ip_to_int(src_ip).to_bytes(4, "big"), ip_to_int(dst_ip).to_bytes(4, "big"),
                                   port, port, udp_len, 0))
     ip[10:12] = ipv4_checksum(ip[:20]).to_bytes(2, "big")

@@ -26,10 +26,10 @@ def csr_signature():
 
 def decode_registers(m, csr, params, targets, readable, transforms=None):
     """``targets``: ``{"block.register": [value of instance 0, ...]}`` for every ``wo`` and ``action``
-    register; ``readable``: ``{"block.register": value}`` for every ``ro`` register (blocks of one
-    instance); ``transforms``: ``{"block.register": f(wdata) -> value}`` applied to a written word (a
-    register of one word). Returns ``{"block.register": Signal(count)}``, each bit 1 in the clock an
-    instance's ``action`` register is written."""
+    register; ``readable``: ``{"block.register": value}`` for every ``ro`` register of a block of one
+    instance, ``[value of instance 0, ...]`` of a repeated block; ``transforms``: ``{"block.register":
+    f(wdata) -> value}`` applied to a written word (a register of one word). Returns ``{"block.register":
+    Signal(count)}``, each bit 1 in the clock an instance's ``action`` register is written."""
     check_map(params)
     transforms = transforms or {}
     expected_targets, expected_readable = set(), set()
@@ -66,13 +66,19 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
                                 m.d.sync += value[low:low + WORD_BITS].eq(written)
                                 if r.access == "action":
                                     m.d.comb += strobes[key][index].eq(1)
-    read = Const(0, WORD_BITS)
     with m.Switch(csr.addr):
         for blk in BLOCKS:
+            count = instances(blk, params)
             for r in blk.registers:
-                if r.access == "ro":
-                    with m.Case(blk.base + r.offset):
-                        m.d.sync += csr.rdata.eq(readable[f"{blk.name}.{r.name}"])
+                if r.access != "ro":
+                    continue
+                key = f"{blk.name}.{r.name}"
+                values = readable[key] if blk.count is not None else [readable[key]]
+                if len(values) != count:
+                    raise ValueError(f"{key}: {len(values)} values for {count} instances")
+                for index, value in enumerate(values):
+                    with m.Case(blk.base + blk.stride * index + r.offset):
+                        m.d.sync += csr.rdata.eq(value)
         with m.Default():
-            m.d.sync += csr.rdata.eq(read)
+            m.d.sync += csr.rdata.eq(Const(0, WORD_BITS))
     return strobes

@@ -3,8 +3,9 @@ buffer, strict priority or deficit round robin.
 
 ``EgressQueues(width, *, queues=4, depth_beats=None, max_frame=9216, cell_beats=None, weighted=True)``
 
-The contract, its timing and the choices behind it are in docs/egress.md; the model that the tests
-compare this component with, clock for clock, is ``netreduce.sim.egress_model.EgressModel``. In brief:
+The contract, its timing and the choices behind it are in docs/ARCHITECTURE.md, "Egress stage (MLT)";
+the model that the tests compare this component with, clock for clock, is
+``netreduce.sim.egress_model.EgressModel``. In brief:
 
 * ``i`` (``EgressBeat(width)``: a frame beat plus ``dscp`` and ``lossy``, read on a frame's first beat).
   Two registers (the DSCP lookup, then the class lookup) lead to *admission*, which decides on the first
@@ -40,6 +41,8 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 from ..egress import (
     CLASSES,
     DSCPS,
+    MAX_DEPTH_BEATS,
+    MAX_QUEUES,
     OTHER_CLASS,
     QUANTUM_LIMIT,
     DropReason,
@@ -51,10 +54,9 @@ from ..egress import (
 from .fp.adder import check_int
 from .stream import FrameBeat, check_width, frame_stream
 
-__all__ = ["EgressQueues", "EgressBeat", "egress_stream", "MAX_QUEUES", "OUT_DEPTH", "check_geometry"]
+__all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "MAX_QUEUES", "OUT_DEPTH",
+           "check_geometry"]
 
-MAX_QUEUES = 16
-MAX_DEPTH_BEATS = 1 << 20
 MAX_CELL_BEATS = 64
 OUT_DEPTH = 4               # beats read from the buffer and not yet taken from ``o``: the output FIFO
 COUNTER_BITS = 32
@@ -73,6 +75,48 @@ def EgressBeat(width):
 
 def egress_stream(width):
     return stream.Signature(EgressBeat(width))
+
+
+# a frame's class as the switch gives it to the egress stage: ``EgressBeat``'s two class fields
+FrameClass = data.StructLayout({"dscp": 6, "lossy": 1})
+
+
+class ClassJoin(wiring.Component):
+    """``ClassJoin(width)``: each frame of ``i`` leaves on ``o`` with the next entry of ``classes`` (one
+    entry per frame, in the order of the frames) in its ``dscp`` and ``lossy`` fields, on every beat of
+    it. A frame's first beat waits for its entry; the other beats go through as they come. The first beat
+    after reset and each beat after a ``last`` start a frame (``i``'s ``first`` is not read).
+
+    No register on the way: ``o.valid``, ``i.ready`` and ``classes.ready`` are functions of this clock's
+    ``i.valid``, ``classes.valid`` and ``o.ready`` and one register (inside a frame or not)."""
+
+    def __init__(self, width):
+        self.width = check_width(width)
+        super().__init__({
+            "i": In(frame_stream(width)),
+            "classes": In(stream.Signature(FrameClass)),
+            "o": Out(egress_stream(width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        starting = Signal(init=1)           # the next beat of ``i`` starts a frame
+        frame_class = Signal(FrameClass)    # the class of the frame being passed on
+        current = Mux(starting, self.classes.payload.as_value(), frame_class.as_value())
+        go = ~starting | self.classes.valid
+        m.d.comb += [
+            self.o.valid.eq(self.i.valid & go),
+            self.i.ready.eq(self.o.ready & go),
+            self.classes.ready.eq(self.o.ready & self.i.valid & starting),
+            self.o.payload.data.eq(self.i.payload.data),
+            self.o.payload.keep.eq(self.i.payload.keep),
+            self.o.payload.first.eq(starting),
+            self.o.payload.last.eq(self.i.payload.last),
+            Cat(self.o.payload.dscp, self.o.payload.lossy).eq(current),
+        ]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += [starting.eq(self.i.payload.last), frame_class.eq(current)]
+        return m
 
 
 def check_geometry(width, queues, depth_beats, max_frame, cell_beats):
@@ -114,7 +158,7 @@ def _increment(value, modulo):
 
 class EgressQueues(wiring.Component):
     """Admission, priority queues and scheduler in front of one output port (module documentation,
-    docs/egress.md).
+    docs/ARCHITECTURE.md, "Egress stage (MLT)").
 
     Parameters (checked here, ``ValueError`` otherwise):
 
@@ -128,8 +172,14 @@ class EgressQueues(wiring.Component):
       priority only.
 
     Attributes: the parameters, ``max_frame_beats``, ``cells``, ``max_frame_cells`` (free cells a frame
-    needs to be admitted), ``cell_bits``, ``queue_bits``.
+    needs to be admitted), ``cell_bits``, ``queue_bits``; ``config_layout`` and ``config_init`` (the
+    configuration inputs as one struct, with their reset values) and ``status_layout`` (the status and
+    counter outputs as one struct), for a register file that holds and reads them.
     """
+
+    CONFIG = ("dscp_class", "class_table", "scheduling", "quantum")
+    STATUS = ("occupancy", "drops_threshold", "drops_full", "drops_oversize", "frames_out", "bytes_out",
+              "high_water")
 
     def __init__(self, width, *, queues=4, depth_beats=None, max_frame=9216, cell_beats=None, weighted=True):
         try:
@@ -175,6 +225,10 @@ class EgressQueues(wiring.Component):
             "high_water": Out(data.ArrayLayout(COUNTER_BITS, self.queues)),
         })
         super().__init__(members)
+        config = [name for name in self.CONFIG if name in members]
+        self.config_layout = data.StructLayout({name: members[name].shape for name in config})
+        self.config_init = {name: members[name].init for name in config}
+        self.status_layout = data.StructLayout({name: members[name].shape for name in self.STATUS})
 
     def elaborate(self, platform):
         m = Module()

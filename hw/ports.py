@@ -9,9 +9,11 @@ the port of each frame, one entry per frame in the order of ``o`` (for its heade
 which comes after the frame's first beat): with P > 1 a FIFO of ``FRAME_PORTS_DEPTH`` written at each
 first beat (a frame waits to start while it is full), with P = 1 always 0.
 
-``FrameRouter(width, ports)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's first
-beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of the
-frame follows. One beat per clock; a port that is not ready holds the stream (the frames behind wait).
+``FrameRouter(width, ports, beat=None)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's
+first beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of
+the frame follows. One beat per clock; a port that is not ready holds the stream (the frames behind
+wait). ``beat`` is the layout of the streams (default ``FrameBeat(width)``; any layout with ``last``,
+such as ``hw.egress.EgressBeat``, whose fields go along unread).
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
@@ -81,11 +83,12 @@ class FrameArbiter(wiring.Component):
 
 
 class FrameRouter(wiring.Component):
-    def __init__(self, width, ports):
+    def __init__(self, width, ports, beat=None):
         self.width, self.ports = width, check_ports(ports)
+        signature = frame_stream(width) if beat is None else stream.Signature(beat)
         super().__init__({
-            "i": In(frame_stream(width)),
-            "o": Out(frame_stream(width)).array(ports),
+            "i": In(signature),
+            "o": Out(signature).array(ports),
             "destination": In(range(ports)),
         })
 

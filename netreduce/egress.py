@@ -1,12 +1,12 @@
 """The egress stage's traffic classes and default configuration, defined once for the RTL
 (``netreduce.hw.egress``), its model (``netreduce.sim.egress_model``) and the register map.
 
-Every frame that enters the egress stage carries its IPv4 DSCP and a ``lossy`` bit (docs/egress.md). The
-DSCP picks one of :data:`CLASSES` classes (table ``dscp_class``, 64 entries); the class gives the frame's
-priority queue, whether it may be dropped, and its drop threshold (table ``class_table``). A frame is
-*droppable* only when both its ``lossy`` bit (set by the switch, which knows that the frame belongs to the
-bounded-loss class of a registered job) and its class's ``droppable`` bit are set: a host cannot make any
-other frame droppable by marking it.
+Every frame that enters the egress stage carries its IPv4 DSCP and a ``lossy`` bit (docs/ARCHITECTURE.md,
+"Egress stage (MLT)"). The DSCP picks one of :data:`CLASSES` classes (table ``dscp_class``, 64 entries); the
+class gives the frame's priority queue, whether it may be dropped, and its drop threshold (table
+``class_table``). A frame is *droppable* only when both its ``lossy`` bit (set by the switch, which knows that
+the frame belongs to the bounded-loss class of a registered job) and its class's ``droppable`` bit are set: a
+host cannot make any other frame droppable by marking it.
 
 Default map (what the host library's ``ClassMap.default()`` marks, ``netreduce.host.classify``):
 
@@ -33,11 +33,14 @@ from dataclasses import dataclass
 
 from amaranth.lib import enum
 
+from .wire import CONTROL_DSCP
+
 __all__ = [
     "DSCPS", "LAYER_GROUPS", "MAGNITUDE_BUCKETS", "DROP_LEVELS", "LOSSY_CLASSES", "RELIABLE_CLASS",
-    "CONTROL_CLASS", "OTHER_CLASS", "CLASSES", "RELIABLE_DSCP", "CONTROL_DSCPS", "QUANTUM_LIMIT",
+    "CONTROL_CLASS", "OTHER_CLASS", "CLASSES", "RELIABLE_DSCP", "CONTROL_DSCPS", "QUANTUM_LIMIT", "MAX_QUEUES",
+    "MAX_DEPTH_BEATS",
     "Scheduling", "DropReason", "ClassEntry", "lossy_class", "lossy_dscp", "drop_level", "threshold_of_level",
-    "queue_of_group", "default_dscp_classes", "default_class_table", "default_quanta",
+    "queue_of_group", "default_dscp_classes", "default_class_table", "default_quanta", "frame_dscp",
 ]
 
 DSCPS = 64
@@ -50,8 +53,10 @@ CONTROL_CLASS = LOSSY_CLASSES + 1       # 17
 OTHER_CLASS = LOSSY_CLASSES + 2         # 18
 CLASSES = LOSSY_CLASSES + 3             # 19
 RELIABLE_DSCP = 26                      # AF31: lossless RoCE traffic in NVIDIA's RoCE configurations
-CONTROL_DSCPS = (48, 56)                # CS6, CS7: network control (the switch's CREDIT frames)
+CONTROL_DSCPS = (CONTROL_DSCP, 56)      # CS6, CS7: network control (the switch's CREDIT frames: CS6)
 QUANTUM_LIMIT = (1 << 16) - 1           # a DRR quantum is 16 bits (beats)
+MAX_QUEUES = 16                         # priority queues of one egress stage, at most
+MAX_DEPTH_BEATS = 1 << 20               # an egress stage's buffer, at most (beats)
 
 
 class Scheduling(enum.Enum, shape=1):
@@ -140,3 +145,18 @@ def default_quanta(queues, max_frame_beats):
     """The default DRR quanta: every queue the same, a largest frame (so that a queue with a frame waiting
     is always served within one round)."""
     return (min(max_frame_beats, QUANTUM_LIMIT),) * queues
+
+
+def frame_dscp(frame):
+    """The DSCP the switch gives a frame it sends to the egress stage, read from the frame's bytes: the
+    IPv4 DSCP (ethertype 0x0800, after one 802.1Q tag if any, with a first byte of 0x45: the frames whose
+    IPv4 header the parser reads), the IPv6 traffic class's DSCP bits (0x86DD, version 6), 0 otherwise."""
+    at = 14
+    ethertype = int.from_bytes(frame[12:14], "big")
+    if ethertype == 0x8100:
+        ethertype, at = int.from_bytes(frame[16:18], "big"), 18
+    if ethertype == 0x0800 and len(frame) > at + 1 and frame[at] == 0x45:
+        return frame[at + 1] >> 2
+    if ethertype == 0x86DD and len(frame) > at + 1 and frame[at] >> 4 == 6:
+        return ((frame[at] & 0x0F) << 2) | (frame[at + 1] >> 6)
+    return 0

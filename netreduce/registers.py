@@ -13,12 +13,13 @@ parameter) at ``base + stride * index``.
 
 from dataclasses import dataclass
 
+from .egress import CLASSES, DSCPS, MAX_DEPTH_BEATS, MAX_QUEUES, QUANTUM_LIMIT
 from .wire import CONTROL_PORT
 
 __all__ = [
     "COUNTERS", "ADDRESS_BITS", "Register", "Block", "BLOCKS", "SWITCH", "JOB", "FORWARDING", "COUNTER_BLOCK",
-    "CONNECTION", "block", "instances", "address", "counter_address", "check_map", "register_writes",
-    "switch_config_writes", "vlan_word", "markdown_table", "manifest",
+    "CONNECTION", "EGRESS", "EGRESS_COUNTERS", "block", "instances", "address", "counter_address", "check_map",
+    "register_writes", "switch_config_writes", "vlan_word", "markdown_table", "manifest",
 ]
 
 # Every counter the switch keeps (docs/ARCHITECTURE.md, "Switch behaviour, per received frame"), in the
@@ -49,6 +50,7 @@ class Register:
     doc: str
     access: str = "wo"
     init: int = 0
+    group: str = ""         # registers of one array share it (``dscp{d}_class``): one row in the docs
 
     @property
     def words(self):
@@ -116,7 +118,47 @@ CONNECTION = Block("connection", 0x1000, 16, "connections", (
              "its job's `start_msg`)", access="action"),
 ), "connection c = j N + w (of `connections` = `jobs` x `workers`)")
 
-BLOCKS = (SWITCH, JOB, FORWARDING, COUNTER_BLOCK, CONNECTION)
+
+
+def _array(pattern, index, count, offset, stride, bits, doc, access="wo"):
+    """``count`` registers named ``pattern`` with ``{index}`` 0, 1, ... at ``offset``, ``stride`` words apart."""
+    return tuple(Register(pattern.replace("{" + index + "}", str(i)), offset + stride * i, bits, doc, access,
+                          group=pattern) for i in range(count))
+
+
+# per class, 32 bits each, read only; then ``drops_oversize``, ``high_water{q}``, ``occupancy``
+EGRESS_COUNTERS = {
+    "drops_threshold": "class c: frames dropped at admission, the buffer at or above the class's threshold",
+    "drops_full": "class c: frames dropped at admission, a largest frame not fitting",
+    "frames_out": "class c: frames sent",
+    "bytes_out": "class c: bytes sent",
+}
+_EGRESS_QUEUE_BITS = (MAX_QUEUES - 1).bit_length()
+_EGRESS_THRESHOLD_BITS = MAX_DEPTH_BEATS.bit_length()
+_EGRESS_CONFIG = 64 + 3 * CLASSES + 1 + MAX_QUEUES          # words of configuration before the counters
+EGRESS = Block("egress", 0x2000, 256, "ports", (
+    *_array("dscp{d}_class", "d", DSCPS, 0, 1, 5, "the class of DSCP d (a number past 18 counts as OTHER)"),
+    *_array("class{c}_queue", "c", CLASSES, 64, 3, _EGRESS_QUEUE_BITS,
+            "class c: its priority queue, 0 the highest (a number past Q - 1 counts as Q - 1)"),
+    *_array("class{c}_droppable", "c", CLASSES, 65, 3, 1, "class c: 1 if its frames may be dropped (when the "
+            "switch marks them lossy)"),
+    *_array("class{c}_threshold", "c", CLASSES, 66, 3, _EGRESS_THRESHOLD_BITS,
+            "class c: the buffer occupancy (beats) at or above which a droppable frame of it is dropped"),
+    Register("scheduling", 64 + 3 * CLASSES, 1, "0: strict priority; 1: deficit round robin"),
+    *_array("quantum{q}", "q", MAX_QUEUES, 64 + 3 * CLASSES + 1, 1, QUANTUM_LIMIT.bit_length(),
+            "queue q's deficit round robin quantum, beats (for q < Q; 0 counts as 1)"),
+    *[r for n, (name, doc) in enumerate(EGRESS_COUNTERS.items())
+      for r in _array(f"{name}{{c}}", "c", CLASSES, _EGRESS_CONFIG + n * CLASSES, 1, 32, f"{doc} (wraps at 2^32)",
+                      access="ro")],
+    Register("drops_oversize", _EGRESS_CONFIG + 4 * CLASSES, 32, "frames longer than `max_frame`, dropped whole",
+             access="ro"),
+    *_array("high_water{q}", "q", MAX_QUEUES, _EGRESS_CONFIG + 4 * CLASSES + 1, 1, 32,
+            "the most beats queue q has held (0 for q >= Q)", access="ro"),
+    Register("occupancy", _EGRESS_CONFIG + 4 * CLASSES + 1 + MAX_QUEUES, 32, "beats in the buffer now",
+             access="ro"),
+), "the egress stage of port i (of `ports`); reset: the default map of `netreduce.egress` for the build")
+
+BLOCKS = (SWITCH, JOB, FORWARDING, COUNTER_BLOCK, CONNECTION, EGRESS)
 
 
 def block(name):
@@ -227,10 +269,22 @@ def markdown_table():
             lines.append(f"| {blk.base:#06x} + i | {blk.name} | counter i of `COUNTERS` ({len(COUNTERS)}: "
                          f"{', '.join(COUNTERS)}) | 32 | ro | {blk.doc} |")
             continue
+        shown = set()
         for r in blk.registers:
-            words = f"+{r.offset}" if r.words == 1 else f"+{r.offset}..+{r.offset + r.words - 1}"
+            if r.group:
+                if r.group in shown:
+                    continue
+                shown.add(r.group)
+                members = [g for g in blk.registers if g.group == r.group]
+                index = r.group[r.group.index("{") + 1:r.group.index("}")]
+                stride = members[1].offset - r.offset
+                words = f"+{r.offset} + {stride if stride > 1 else ''}{index}, {index} < {len(members)}"
+                name = r.group
+            else:
+                words = f"+{r.offset}" if r.words == 1 else f"+{r.offset}..+{r.offset + r.words - 1}"
+                name = r.name
             init = f" (reset {r.init})" if r.init else ""
-            lines.append(f"| {_place(blk)} {words} | {blk.name} ({blk.doc}) | `{r.name}` | {r.bits} | {r.access} "
+            lines.append(f"| {_place(blk)} {words} | {blk.name} ({blk.doc}) | `{name}` | {r.bits} | {r.access} "
                          f"| {r.doc}{init} |")
     return "\n".join(lines)
 

@@ -247,6 +247,8 @@ CONTROL_PACKET = [
 CONTROL_MAGIC = 0x4E43      # "NC"
 CONTROL_VERSION = 1
 CONTROL_PORT = 4792         # default UDP port (source and destination) of control packets
+CONTROL_DSCP = 48           # the IPv4 DSCP of every control packet: CS6, network control (the egress
+                            # stage's CONTROL class, queue 0: a CREDIT never waits behind bulk traffic)
 
 
 class ControlType(IntEnum):

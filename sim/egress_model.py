@@ -1,4 +1,5 @@
-"""A clocked model of MLT's egress stage (docs/egress.md), written from its contract.
+"""A clocked model of MLT's egress stage (docs/ARCHITECTURE.md, "Egress stage (MLT)"), written from its
+contract.
 
 :class:`EgressModel` is stepped one clock at a time. In each clock the caller reads :attr:`~EgressModel.i_ready`
 and :attr:`~EgressModel.o_beat` (what the stage presents in this clock), then calls
@@ -110,9 +111,9 @@ class _Stage:
 class EgressModel:
     """The egress stage of ``width`` bits with ``queues`` queues, a buffer of ``depth_beats`` beats in
     cells of ``cell_beats``, frames of at most ``max_frame`` bytes (the defaults are the component's:
-    docs/egress.md). Configuration: ``dscp_class`` (64 class numbers), ``class_table`` (one
-    :class:`~netreduce.egress.ClassEntry` per class), ``scheduling``, ``quantum`` (per queue); the defaults
-    are ``netreduce.egress``'s. Configuration attributes may be changed between clocks.
+    docs/ARCHITECTURE.md, "Egress stage (MLT)"). Configuration: ``dscp_class`` (64 class numbers),
+    ``class_table`` (one :class:`~netreduce.egress.ClassEntry` per class), ``scheduling``, ``quantum`` (per
+    queue); the defaults are ``netreduce.egress``'s. Configuration attributes may be changed between clocks.
 
     Records: ``sent`` (``(clock, OutBeat)`` for every beat taken from ``o``), ``drops`` (``(clock, class,
     DropReason)`` per dropped frame, at its admission, or at its last beat for OVERSIZE), ``chosen``

@@ -1,10 +1,11 @@
 """amaranth.sim unit tests of netreduce.hw.egress.EgressQueues, MLT's egress stage.
 
-Every run drives the RTL and the model of docs/egress.md (netreduce.sim.egress_model.EgressModel) in
-lockstep from one source and one ready pattern, and compares them clock for clock: ``i.ready``, every beat
-on ``o``, and at the end every counter. Beside the model, each run checks what needs no model: every frame
-on ``o`` is a whole frame that was offered, a queue's frames leave in the order they came, ``o.valid``
-never falls inside a frame, nothing that may not be dropped is lost, and the buffer ends empty.
+Every run drives the RTL and the model of docs/ARCHITECTURE.md, "Egress stage (MLT)"
+(netreduce.sim.egress_model.EgressModel) in lockstep from one source and one ready pattern, and compares them
+clock for clock: ``i.ready``, every beat on ``o``, and at the end every counter. Beside the model, each run
+checks what needs no model: every frame on ``o`` is a whole frame that was offered, a queue's frames leave in
+the order they came, ``o.valid`` never falls inside a frame, nothing that may not be dropped is lost, and the
+buffer ends empty.
 
 Then the behaviour the issue asks for, measured: line rate both ways, a full buffer, every queue at once,
 strict priority (overtaking, and lower queueing delay for higher queues under load), the weighted shares,
@@ -37,7 +38,7 @@ from netreduce.egress import (
     lossy_class,
     lossy_dscp,
 )
-from netreduce.hw.egress import EgressQueues
+from netreduce.hw.egress import ClassJoin, EgressQueues
 from netreduce.sim.egress_model import EgressModel, InBeat
 
 # --- traffic -----------------------------------------------------------------------------------------
@@ -594,3 +595,82 @@ def test_defaults_and_ports():
     dut._MustUse__silence = True
     assert (dut.depth_beats, dut.cell_beats, dut.max_frame_beats) == (1024, 2, 144)
     assert not hasattr(dut, "scheduling") and len(dut.high_water) == 8
+
+
+# --- ClassJoin: the switch's frames with their classes ---------------------------------------------
+
+def test_class_join_gives_each_frame_its_class():
+    """Frames (random lengths, idle clocks) and their classes (given late or early, one per frame) come
+    out paired in order: every beat of frame n carries class n, ``first`` on its first beat only, each
+    class taken once; with random backpressure, and one beat a clock when nothing waits."""
+    rng = random.Random(5)
+    dut = ClassJoin(64)
+    frames = [[(n << 32) | rng.getrandbits(32) for _ in range(rng.randint(1, 5))] for n in range(120)]
+    classes = [(rng.randrange(64), rng.randrange(2)) for _ in frames]
+    taken, clocks = [], []
+
+    async def frames_in(ctx):
+        for frame in frames:
+            for index, word in enumerate(frame):
+                ctx.set(dut.i.valid, 0)
+                while rng.random() < 0.2:
+                    await ctx.tick()
+                ctx.set(dut.i.valid, 1)
+                ctx.set(dut.i.payload, {"data": word, "keep": 0xFF, "first": 0, "last": index == len(frame) - 1})
+                await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def classes_in(ctx):
+        for dscp, lossy in classes:
+            ctx.set(dut.classes.valid, 0)
+            while rng.random() < 0.5:
+                await ctx.tick()
+            ctx.set(dut.classes.valid, 1)
+            ctx.set(dut.classes.payload, {"dscp": dscp, "lossy": lossy})
+            await ctx.tick().until(dut.classes.ready)
+        ctx.set(dut.classes.valid, 0)
+
+    async def frames_out(ctx):
+        clock = 0
+        while True:
+            ready = rng.random() >= 0.3
+            ctx.set(dut.o.ready, ready)
+            _, _, valid, beat = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if ready and valid:
+                taken.append((beat.data, beat.first, beat.last, beat.dscp, beat.lossy))
+                clocks.append(clock)
+            clock += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for bench in (frames_in, classes_in, frames_out):
+        sim.add_testbench(bench)
+    sim.run_until(6000e-8)
+    expected = [(word, index == 0, index == len(frame) - 1, *classes[n])
+                for n, frame in enumerate(frames) for index, word in enumerate(frame)]
+    assert taken == expected
+
+
+def test_class_join_passes_one_beat_a_clock():
+    """With every frame's class waiting and ``o`` always ready, a stream of frames passes without a gap."""
+    dut = ClassJoin(512)
+    beats = [(n, index, count) for n, count in enumerate([1, 3, 1, 1, 2]) for index in range(count)]
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.classes.valid, 1)
+        for n, index, count in beats:
+            ctx.set(dut.classes.payload, {"dscp": 40 + n, "lossy": 0})
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, {"data": n, "keep": 1, "first": 0, "last": index == count - 1})
+            assert ctx.get(dut.i.ready) and ctx.get(dut.o.valid)
+            assert ctx.get(dut.classes.ready) == (index == 0)
+            seen.append((ctx.get(dut.o.payload.dscp), ctx.get(dut.o.payload.first)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(40 + n, index == 0) for n, index, _ in beats]

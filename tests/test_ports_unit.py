@@ -9,9 +9,10 @@ pass one beat per clock; the router must deliver each frame whole to the port it
 import random
 
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Module
 from amaranth.sim import Simulator
 
+from netreduce.hw.egress import EgressBeat
 from netreduce.hw.ports import FRAME_PORTS_DEPTH, FrameArbiter, FrameRouter
 
 WIDTH = 64
@@ -31,16 +32,17 @@ def run(dut, testbenches, clocks=20000):
     sim.run_until(clocks * 1e-8)
 
 
-def source(stream, frames, rng, idle):
+def source(stream, frames, rng, idle, fields=None):
+    """Offers ``frames`` with random idle clocks; ``fields(n)``: more payload fields of frame n's beats."""
     async def testbench(ctx):
-        for frame in frames:
+        for n, frame in enumerate(frames):
             for index, word in enumerate(frame):
                 while rng.random() < idle:
                     ctx.set(stream.valid, 0)
                     await ctx.tick()
                 ctx.set(stream.valid, 1)
                 ctx.set(stream.payload, {"data": word, "keep": 0xFF, "first": index == 0,
-                                         "last": index == len(frame) - 1})
+                                         "last": index == len(frame) - 1, **(fields(n) if fields else {})})
                 await ctx.tick().until(stream.ready)
         ctx.set(stream.valid, 0)
     return testbench
@@ -148,6 +150,16 @@ def test_arbiter_round_robin_and_line_rate():
 def test_router_whole_frames_to_their_port(ports):
     rng = random.Random(ports)
     dut = FrameRouter(WIDTH, ports)
+    route_and_check(dut, ports, rng)
+
+
+def test_router_carries_every_field_of_its_beat_layout():
+    """With the egress stage's beat, each beat leaves with the class fields it came with."""
+    dut = FrameRouter(WIDTH, 3, beat=EgressBeat(WIDTH))
+    route_and_check(dut, 3, random.Random(7), classes=True)
+
+
+def route_and_check(dut, ports, rng, classes=False):
     # the destination port rides in the top byte of every beat (only the first beat's counts); the
     # parent decodes it combinationally, as the switch decodes the destination MAC
     top = Module()
@@ -158,8 +170,13 @@ def test_router_whole_frames_to_their_port(ports):
         for i in range(1, len(frame)):
             frame[i] = ((frame[0] >> 56) + i) % ports << 56 | (frame[i] & ((1 << 56) - 1))
     taken = [[] for _ in range(ports)]
-    run(top, [source(dut.i, frames, rng, 0.2)]
-        + [sink(dut.o[p], random.Random(p), 0.3, taken[p]) for p in range(ports)])
+    fields = (lambda n: {"dscp": n % 64, "lossy": n % 3 == 0}) if classes else None
+    extra = (lambda p: Cat(dut.o[p].payload.dscp, dut.o[p].payload.lossy)) if classes else (lambda p: None)
+    run(top, [source(dut.i, frames, rng, 0.2, fields)]
+        + [sink(dut.o[p], random.Random(p), 0.3, taken[p], extra(p)) for p in range(ports)])
     for p in range(ports):
         assert frames_of(taken[p]) == [f for f in frames if f[0] >> 56 == p]
+        if classes:         # the frame's number is in bits 32.. of each of its words
+            assert all(value == ((data >> 32 & 0xFFFFFF) % 64 | ((data >> 32 & 0xFFFFFF) % 3 == 0) << 6)
+                       for data, _, value in taken[p])
     assert sum(map(len, taken)) == sum(map(len, frames))

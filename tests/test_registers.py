@@ -15,8 +15,8 @@ from amaranth.sim import Simulator
 from netreduce.hw.csr import csr_signature, decode_registers
 from netreduce.registers import (
     BLOCKS,
-    COUNTERS,
     address,
+    block,
     check_map,
     counter_address,
     instances,
@@ -28,8 +28,8 @@ from netreduce.registers import (
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 
 REPO = Path(__file__).resolve().parent.parent
-PARAMS = {"jobs": 2, "workers": 3, "forwarding_entries": 4}
-LARGEST = {"jobs": 16, "workers": 16, "forwarding_entries": 64}
+PARAMS = {"jobs": 2, "workers": 3, "forwarding_entries": 4, "ports": 2}
+LARGEST = {"jobs": 16, "workers": 16, "forwarding_entries": 64, "ports": 4}
 
 
 def test_docs_table_is_the_generated_one():
@@ -62,13 +62,17 @@ class Decoded(wiring.Component):
         self.targets = {f"{b.name}.{r.name}": [Signal(r.bits, name=f"{b.name}_{i}_{r.name}")
                                                for i in range(instances(b, params))]
                         for b in BLOCKS for r in b.registers if r.access != "ro"}
-        self.counters = {name: Signal(32, name=f"count_{name}") for name in COUNTERS}
+        # every read-only register: one value per instance (``readable`` takes a block of one instance's bare)
+        self.values = {f"{b.name}.{r.name}": [Signal(32, name=f"ro_{b.name}_{i}_{r.name}")
+                                              for i in range(instances(b, params))]
+                       for b in BLOCKS for r in b.registers if r.access == "ro"}
         super().__init__({"csr": In(csr_signature())})
 
     def elaborate(self, platform):
         m = Module()
-        self.strobes = decode_registers(m, self.csr, self.params, self.targets,
-                                        {f"counters.{n}": v for n, v in self.counters.items()})
+        readable = {key: values if block(key.split(".")[0]).count is not None else values[0]
+                    for key, values in self.values.items()}
+        self.strobes = decode_registers(m, self.csr, self.params, self.targets, readable)
         self.strobe_seen = {key: Signal(len(s), name=f"seen_{key.replace('.', '_')}")
                             for key, s in self.strobes.items()}
         for key, strobe in self.strobes.items():
@@ -78,15 +82,16 @@ class Decoded(wiring.Component):
 
 def test_decoder_writes_every_register_and_reads_every_counter():
     """Each register of each instance gets a random value through the port, at the map's addresses; every
-    other register keeps its value; each counter reads back at its address; configuration reads 0."""
+    other register keeps its value; each read-only register of each instance (the counters, each port's
+    egress counters) reads back at its address; configuration reads 0."""
     dut = Decoded(PARAMS)
     rng = random.Random(1)
     values = {(key, i): rng.getrandbits(len(sig)) for key, sigs in dut.targets.items() for i, sig in enumerate(sigs)}
-    counts = {name: rng.getrandbits(32) for name in COUNTERS}
+    counts = {(key, i): rng.getrandbits(32) for key, sigs in dut.values.items() for i in range(len(sigs))}
 
     async def bench(ctx):
-        for name, value in counts.items():
-            ctx.set(dut.counters[name], value)
+        for (key, i), value in counts.items():
+            ctx.set(dut.values[key][i], value)
         for (key, i), value in values.items():
             block, register = key.split(".")
             for at, word in register_writes(block, i, **{register: value}):
@@ -100,10 +105,11 @@ def test_decoder_writes_every_register_and_reads_every_counter():
             assert ctx.get(dut.targets[key][i]) == value, (key, i)
         for key, seen in dut.strobe_seen.items():
             assert ctx.get(seen) == (1 << len(seen)) - 1, key
-        for name, value in counts.items():
-            ctx.set(dut.csr.addr, counter_address(name))
+        for (key, i), value in counts.items():
+            ctx.set(dut.csr.addr, address(*key.split(".")[:1], i, key.split(".")[1]))
             await ctx.tick()
-            assert ctx.get(dut.csr.rdata) == value, name
+            assert ctx.get(dut.csr.rdata) == value, (key, i)
+        assert counter_address("acks_ahead") == address("counters", 0, "acks_ahead")
         ctx.set(dut.csr.addr, address("switch", 0, "ip"))
         await ctx.tick()
         assert ctx.get(dut.csr.rdata) == 0

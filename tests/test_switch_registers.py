@@ -1,18 +1,29 @@
 """amaranth.sim unit test of hw/switch/registers.py (``SwitchRegisters``): a ``SwitchConfig`` loaded through
 the ``csr`` port with the writes the register map generates comes out field for field in the records the
 other components read (requester and responder not swapped, MTU capped at the build's), each enable
-pulses its strobe once, and every counter adds its increments and reads back at its address."""
+pulses its strobe once, and every counter adds its increments and reads back at its address; each port's
+egress stage starts with the default map, takes its configuration writes (a queue past Q - 1 as Q - 1, a
+queue the build lacks nowhere) and shows its stage's counters at that port's addresses."""
 
 import random
 
 from amaranth.sim import Simulator
 
+from netreduce.egress import CLASSES, OTHER_CLASS, Scheduling, default_dscp_classes
 from netreduce.host.protocol import ip_to_int, mac_to_int
+from netreduce.hw.egress import EgressQueues
 from netreduce.hw.switch.registers import SwitchRegisters
-from netreduce.registers import COUNTERS, counter_address, switch_config_writes, vlan_word
+from netreduce.registers import COUNTERS, address, counter_address, register_writes, switch_config_writes, vlan_word
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 
 JOBS, WORKERS, ENTRIES, MTU = 2, 2, 4, 1024
+PORTS, QUEUES = 2, 3
+
+
+def egress_template():
+    stage = EgressQueues(64, queues=QUEUES, depth_beats=512, max_frame=1024)
+    stage._MustUse__silence = True      # only its configuration's and counters' shapes are used
+    return stage
 
 
 def config():
@@ -30,15 +41,29 @@ def config():
 
 def test_configuration_comes_out_field_for_field_and_counters_add():
     cfg = config()
-    dut = SwitchRegisters(jobs=JOBS, workers=WORKERS, forwarding_entries=ENTRIES, mtu=MTU, increment_bits=3)
     rng = random.Random(2)
+    stage = egress_template()
+    dut = SwitchRegisters(jobs=JOBS, workers=WORKERS, forwarding_entries=ENTRIES, mtu=MTU, increment_bits=3,
+                          egress=stage, ports=PORTS)
+    egress_writes = (register_writes("egress", 1, dscp5_class=7, class2_queue=9, class2_droppable=0,
+                                     class2_threshold=300, scheduling=1, quantum1=100, quantum9=55)
+                     + register_writes("egress", 0, class18_queue=1))
+    status = {(p, name, i): rng.getrandbits(32) for p in range(PORTS)
+              for name in ("drops_threshold", "drops_full", "frames_out", "bytes_out") for i in range(CLASSES)}
+    status.update({(p, "high_water", q): rng.getrandbits(32) for p in range(PORTS) for q in range(QUEUES)})
+    status.update({(p, name, None): rng.getrandbits(9) for p in range(PORTS) for name in ("drops_oversize",
+                                                                                         "occupancy")})
     increments = {name: [rng.randrange(8) for _ in range(5)] for name in COUNTERS}
     pulses = {"job": [0] * JOBS, "connection": [0] * (JOBS * WORKERS)}
 
     async def bench(ctx):
         assert ctx.get(dut.switch.control_port) == 4792 and ctx.get(dut.jobs[1].mtu) == MTU     # unconfigured
-        for address, word in switch_config_writes(cfg, WORKERS):
-            ctx.set(dut.csr.addr, address)
+        for p in range(PORTS):
+            assert ctx.get(dut.egress[p]) == ctx.get(dut.egress[p]).shape().const(stage.config_init)
+        for (p, name, i), value in status.items():
+            ctx.set(dut.egress_status[p][name] if i is None else dut.egress_status[p][name][i], value)
+        for at, word in switch_config_writes(cfg, WORKERS) + egress_writes:
+            ctx.set(dut.csr.addr, at)
             ctx.set(dut.csr.wdata, word)
             ctx.set(dut.csr.we, 1)
             await ctx.tick()
@@ -75,6 +100,23 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
             ctx.set(dut.csr.addr, counter_address(name))
             await ctx.tick()
             assert ctx.get(dut.csr.rdata) == sum(increments[name]), name
+
+        changed, kept = ctx.get(dut.egress[1]), ctx.get(dut.egress[0])
+        defaults = default_dscp_classes()
+        assert [changed.dscp_class[d] for d in range(64)] == [7 if d == 5 else defaults[d] for d in range(64)]
+        assert [kept.dscp_class[d] for d in range(64)] == list(defaults)
+        entry = changed.class_table[2]
+        assert (entry.queue, entry.droppable, entry.threshold) == (QUEUES - 1, 0, 300)
+        assert kept.class_table[OTHER_CLASS].queue == 1 and changed.class_table[OTHER_CLASS].queue == QUEUES - 1
+        assert changed.scheduling == Scheduling.WEIGHTED and kept.scheduling == Scheduling.STRICT
+        assert [changed.quantum[q] for q in range(QUEUES)] == [stage.max_frame_beats, 100, stage.max_frame_beats]
+        for (p, name, i), value in status.items():
+            ctx.set(dut.csr.addr, address("egress", p, name if i is None else f"{name}{i}"))
+            await ctx.tick()
+            assert ctx.get(dut.csr.rdata) == value, (p, name, i)
+        ctx.set(dut.csr.addr, address("egress", 1, f"high_water{QUEUES}"))
+        await ctx.tick()
+        assert ctx.get(dut.csr.rdata) == 0
 
     async def watch(ctx):
         async for _, _, jobs, connections in ctx.tick().sample(dut.job_enabled, dut.connection_enabled):

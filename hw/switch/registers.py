@@ -6,6 +6,10 @@ held as records that the other components read: ``switch`` (its addresses), ``jo
 ``forwarding`` table. Writing an enable also pulses ``job_enabled`` or ``connection_enabled`` for a clock,
 for the state that the enable resets.
 
+Each port's egress stage (``hw.egress.EgressQueues``) takes its configuration from ``egress[p]`` and shows
+its counters through ``egress_status[p]`` (the register map's ``egress`` block); the reset values are the
+stage's own (the default map of ``netreduce.egress``).
+
 Counters: ``increments`` carries, for one clock, how much each counter of ``netreduce.registers.COUNTERS``
 grows (a field per counter, by name); the counter adds it a clock later, so that nothing that decides an
 event runs into a 32-bit adder. A read of a counter's address shows it the clock after.
@@ -15,7 +19,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...registers import COUNTERS, SWITCH
+from ...egress import CLASSES, DSCPS, MAX_QUEUES
+from ...registers import COUNTERS, EGRESS_COUNTERS, SWITCH
 from ..csr import csr_signature, decode_registers
 
 __all__ = ["Place", "SwitchAddress", "JobEntry", "ConnectionEntry", "ForwardingEntry", "SwitchRegisters",
@@ -50,12 +55,14 @@ def vlan_of(header):
 
 
 class SwitchRegisters(wiring.Component):
-    """``SwitchRegisters(*, jobs, workers, forwarding_entries, mtu, increment_bits)``: the configuration of
-    ``jobs`` jobs of up to ``workers`` workers (connection ``c = j * workers + w``) and a forwarding table;
-    a job's MTU is at most the build's ``mtu`` (a larger write is taken as ``mtu``)."""
+    """``SwitchRegisters(*, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports)``: the
+    configuration of ``jobs`` jobs of up to ``workers`` workers (connection ``c = j * workers + w``), a
+    forwarding table, and ``ports`` egress stages shaped like ``egress`` (an ``EgressQueues``; every
+    port's is the same); a job's MTU is at most the build's ``mtu`` (a larger write is taken as ``mtu``)."""
 
-    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits):
+    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports):
         self.jobs_count, self.workers, self.forwarding_entries, self.mtu = jobs, workers, forwarding_entries, mtu
+        self.ports, self.queues = ports, egress.queues
         self.connections_count = jobs * workers
         self.increment_layout = data.StructLayout(dict.fromkeys(COUNTERS, increment_bits))
         super().__init__({
@@ -68,12 +75,15 @@ class SwitchRegisters(wiring.Component):
             "connection_enabled": Out(self.connections_count),
             "increments": In(self.increment_layout),
             "counters": Out(data.ArrayLayout(COUNTER_BITS, len(COUNTERS))),
+            "egress": Out(data.ArrayLayout(egress.config_layout, ports), init=[egress.config_init] * ports),
+            "egress_status": In(data.ArrayLayout(egress.status_layout, ports)),
         })
 
     @property
     def parameters(self):
         """What sizes the register map (``netreduce.registers.instances``)."""
-        return {"jobs": self.jobs_count, "workers": self.workers, "forwarding_entries": self.forwarding_entries}
+        return {"jobs": self.jobs_count, "workers": self.workers, "forwarding_entries": self.forwarding_entries,
+                "ports": self.ports}
 
     def elaborate(self, platform):
         m = Module()
@@ -92,10 +102,10 @@ class SwitchRegisters(wiring.Component):
             targets[f"connection.{side}_qpn"] = fields_of(conns, C, f"{side}_qpn")
         targets["connection.start_psn"] = fields_of(conns, C, "start_psn")
         targets["connection.enable"] = fields_of(conns, C, "valid")
-        strobes = decode_registers(
-            m, self.csr, self.parameters, targets,
-            readable={f"counters.{name}": self.counters[i] for i, name in enumerate(COUNTERS)},
-            transforms={"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)})
+        readable = {f"counters.{name}": self.counters[i] for i, name in enumerate(COUNTERS)}
+        transforms = {"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)}
+        self._egress_registers(m, targets, readable, transforms)
+        strobes = decode_registers(m, self.csr, self.parameters, targets, readable, transforms)
         m.d.comb += [self.job_enabled.eq(strobes["job.enable"]),
                      self.connection_enabled.eq(strobes["connection.enable"])]
 
@@ -105,3 +115,24 @@ class SwitchRegisters(wiring.Component):
         for i, name in enumerate(COUNTERS):
             m.d.sync += self.counters[i].eq(self.counters[i] + added[name])
         return m
+
+    def _egress_registers(self, m, targets, readable, transforms):
+        """The ``egress`` block of each port: its stage's configuration and counters. The registers of
+        queues the build does not have (q >= Q) are written to nowhere and read 0."""
+        P, Q = self.ports, self.queues
+        config, status = self.egress, self.egress_status
+        for d in range(DSCPS):
+            targets[f"egress.dscp{d}_class"] = [config[p].dscp_class[d] for p in range(P)]
+        for c in range(CLASSES):
+            for name in ("queue", "droppable", "threshold"):
+                targets[f"egress.class{c}_{name}"] = [config[p].class_table[c][name] for p in range(P)]
+            transforms[f"egress.class{c}_queue"] = lambda word: Mux(word > Q - 1, Q - 1, word)
+            for name in EGRESS_COUNTERS:
+                readable[f"egress.{name}{c}"] = [status[p][name][c] for p in range(P)]
+        targets["egress.scheduling"] = [config[p].scheduling for p in range(P)]
+        for q in range(MAX_QUEUES):
+            targets[f"egress.quantum{q}"] = [config[p].quantum[q] if q < Q else Signal(16, name=f"no_quantum_{p}_{q}")
+                                            for p in range(P)]
+            readable[f"egress.high_water{q}"] = [status[p].high_water[q] if q < Q else 0 for p in range(P)]
+        for name in ("drops_oversize", "occupancy"):
+            readable[f"egress.{name}"] = [status[p][name] for p in range(P)]

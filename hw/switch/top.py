@@ -46,17 +46,19 @@ Control registers (``csr``): ``registers.SwitchRegisters``, the map of ``netredu
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ...egress import MAX_DEPTH_BEATS
 from ...registers import COUNTERS
 from ...wire import (
     AGG_MAGIC,
     AGG_VERSION,
     BTH,
+    CONTROL_DSCP,
     CONTROL_MAGIC,
     CONTROL_VERSION,
     DTYPE_CODES,
@@ -72,6 +74,7 @@ from ...wire import (
 )
 from ..csr import csr_signature
 from ..deparser import RoceDeparser, lanes_below
+from ..egress import ClassJoin, EgressBeat, EgressQueues, FrameClass, check_geometry
 from ..fp.adder import check_int
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
@@ -115,14 +118,17 @@ class NetReduceSwitch(wiring.Component):
     - ``max_frame``: the longest payload stream (whole frame if not RoCE) that can go on, bytes;
     - ``adder_stages``: pipeline depth of each adder of the tree.
 
-    - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table).
+    - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table);
+    - ``egress_queues`` Q (1..16) and ``egress_buffer`` (bytes, at least ``max_frame``): each port's egress
+      stage (``hw.egress.EgressQueues``, MLT's priority queues and drops by class).
 
     Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
     tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``.
     """
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
-                 message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16):
+                 message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
+                 egress_buffer=16384):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
@@ -145,6 +151,17 @@ class NetReduceSwitch(wiring.Component):
         self.ports = check_ports(ports)
         self.forwarding_entries = forwarding_entries
         self.beat_bytes = width // 8
+        check_int(egress_buffer, "egress_buffer (bytes)", 1, MAX_DEPTH_BEATS * self.beat_bytes)
+        if egress_buffer % self.beat_bytes:
+            raise ValueError(f"egress_buffer must be a whole number of {self.beat_bytes}-byte beats, "
+                             f"not {egress_buffer}")
+        self.egress_queues, self.egress_buffer = egress_queues, egress_buffer
+        self.egress_geometry = dict(queues=egress_queues, depth_beats=egress_buffer // self.beat_bytes,
+                                    max_frame=max_frame)
+        try:
+            check_geometry(width, cell_beats=None, **self.egress_geometry)
+        except ValueError as error:
+            raise ValueError(f"egress stage (egress_queues, egress_buffer): {error}") from None
         self.packet_beats = -(-mtu // self.beat_bytes)
         self.connections = jobs * workers
         # clocks of the monitor's LOOKUP: two where the own bytes of the shortest RoCE frame (Ethernet,
@@ -164,7 +181,8 @@ class NetReduceSwitch(wiring.Component):
                 "ftz": self.ftz, "mtu": self.mtu, "message_packets": self.message_packets,
                 "message_slots": self.message_slots, "max_frame": self.max_frame,
                 "adder_stages": self.adder_stages, "ports": self.ports,
-                "forwarding_entries": self.forwarding_entries}
+                "forwarding_entries": self.forwarding_entries, "egress_queues": self.egress_queues,
+                "egress_buffer": self.egress_buffer}
 
     def elaborate(self, platform):
         m = Module()
@@ -184,17 +202,34 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.slots = slots = SlotMemory(width=W, workers=N, slots=S, packet_beats=Pb, fmt=self.dtype,
                                                 ftz=self.ftz, adder_stages=self.adder_stages)
         m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports)
-        m.submodules.router = router = FrameRouter(W, self.ports)
+        # every frame out of the deparser with its class (``frame_classes``, one entry per header record
+        # handed to the deparser, in the same order), to its port's egress stage
+        m.submodules.class_join = class_join = ClassJoin(W)
+        m.submodules.frame_classes = frame_classes = SyncFIFOBuffered(width=FrameClass.size, depth=32)
+        m.d.comb += [class_join.classes.valid.eq(frame_classes.r_rdy),
+                     class_join.classes.payload.eq(frame_classes.r_data),
+                     frame_classes.r_en.eq(class_join.classes.ready)]
+        m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
+        egress = []
         for p in range(self.ports):
+            stage = EgressQueues(W, weighted=True, **self.egress_geometry)
+            m.submodules[f"egress_{p}"] = stage
+            egress.append(stage)
             axis_to_frames(m, self.s_axis[p], arbiter.i[p])
-            frames_to_axis(m, router.o[p], self.m_axis[p])
+            wiring.connect(m, router.o[p], stage.i)
+            frames_to_axis(m, stage.o, self.m_axis[p])
         wiring.connect(m, arbiter.o, parser.i)
-        wiring.connect(m, deparser.o, router.i)
+        wiring.connect(m, deparser.o, class_join.i)
+        wiring.connect(m, class_join.o, router.i)
 
         # --- configuration (SwitchRegisters) and state ---------------------------------------------------------
         m.submodules.registers = regs = SwitchRegisters(jobs=J, workers=N, forwarding_entries=self.forwarding_entries,
-                                                        mtu=self.mtu, increment_bits=(N + 1).bit_length())
+                                                        mtu=self.mtu, increment_bits=(N + 1).bit_length(),
+                                                        egress=egress[0], ports=self.ports)
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
+        for p, stage in enumerate(egress):
+            m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
+            m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
 
         def registers(count, shape, name):
             return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
@@ -205,7 +240,7 @@ class NetReduceSwitch(wiring.Component):
         sw_mac, sw_ip, ctl_port = regs.switch.mac, regs.switch.ip, regs.switch.control_port
         E = self.forwarding_entries
         # the forwarding table, on the destination MAC in the first six bytes of each frame out
-        destination_mac = Cat(*[deparser.o.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
+        destination_mac = Cat(*[router.i.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
         m.d.comb += router.destination.eq(regs.switch.default_port)
         for e in reversed(range(E)):
             entry = regs.forwarding[e]
@@ -989,7 +1024,18 @@ class NetReduceSwitch(wiring.Component):
         # Two sequencers walk the descriptors in the same order: the header sequencer hands the deparser
         # every frame's header record as early as it takes them (its plan FIFO holds the next ones), the
         # payload sequencer streams the payloads behind them.
-        hdr = deparser.hdr
+        # Each record handed over also goes into ``frame_classes``, the class of its frame for the egress
+        # stage: its DSCP (a CREDIT's is CONTROL_DSCP; a frame the parser found no IP header in has 0) and
+        # ``lossy`` 0 (no frame of the switch's is of a bounded-loss job yet). A full queue holds the record.
+        frame_classes = env["frame_classes"]
+        h_control = Signal()
+        hdr = stream.Signature(ParsedHeader).flip().create()
+        m.d.comb += [deparser.hdr.valid.eq(hdr.valid & frame_classes.w_rdy), deparser.hdr.payload.eq(hdr.payload),
+                     hdr.ready.eq(deparser.hdr.ready & frame_classes.w_rdy)]
+        record = hdr.payload
+        record_dscp = Mux((record.ip_version == 4) | (record.ip_version == 6), record.ip_dscp, 0)
+        m.d.comb += [frame_classes.w_en.eq(hdr.valid & hdr.ready),
+                     frame_classes.w_data.eq(Mux(h_control, CONTROL_DSCP, record_dscp))]
         incoming = data.View(Descriptor, descriptors.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
@@ -1035,13 +1081,14 @@ class NetReduceSwitch(wiring.Component):
                     with m.Else():
                         take()
             with m.State("CONTROL_HEADER"):
-                m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0)]
+                m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0), h_control.eq(1)]
                 with m.If(hdr.ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):
                         take()
 
-    _IPV4_FIXED = 0x4500 + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 header words
+    _IPV4_VERSION_TOS = 0x4500 | CONTROL_DSCP << 2
+    _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 words
 
     @classmethod
     def _ipv4_checksum(cls, m, src_ip, dst_ip):
@@ -1066,7 +1113,7 @@ class NetReduceSwitch(wiring.Component):
             return [Const((v >> 8 * (n - 1 - i)) & 0xFF, 8) for i in range(n)]
 
         octets = (big_endian(dst_mac, 6) + big_endian(src_mac, 6) + constant(ETHERTYPE_IPV4, 2)
-                  + constant(0x4500, 2) + constant(40, 2) + constant(0, 2) + constant(0x4000, 2)
+                  + constant(self._IPV4_VERSION_TOS, 2) + constant(40, 2) + constant(0, 2) + constant(0x4000, 2)
                   + constant((64 << 8) | 17, 2) + big_endian(checksum, 2) + big_endian(src_ip, 4)
                   + big_endian(dst_ip, 4) + big_endian(port, 2) + big_endian(port, 2) + constant(20, 2)
                   + constant(0, 2) + constant(CONTROL_MAGIC, 2) + constant(CONTROL_VERSION, 1)
