@@ -41,6 +41,7 @@ __all__ = [
     "MAX_DEPTH_BEATS",
     "Scheduling", "DropReason", "ClassEntry", "lossy_class", "lossy_dscp", "drop_level", "threshold_of_level",
     "queue_of_group", "default_dscp_classes", "default_class_table", "default_quanta", "frame_dscp",
+    "default_class_of_frame", "default_queue_of_frame",
 ]
 
 DSCPS = 64
@@ -160,3 +161,13 @@ def frame_dscp(frame):
     if ethertype == 0x86DD and len(frame) > at + 1 and frame[at] >> 4 == 6:
         return ((frame[at] & 0x0F) << 2) | (frame[at + 1] >> 6)
     return 0
+
+
+def default_class_of_frame(frame):
+    """The class the default map gives ``frame`` (by :func:`frame_dscp`)."""
+    return default_dscp_classes()[frame_dscp(frame)]
+
+
+def default_queue_of_frame(frame, queues):
+    """The queue, of ``queues``, that the default map gives ``frame``."""
+    return default_class_table(queues, 1, 0)[default_class_of_frame(frame)].queue

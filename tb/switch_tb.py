@@ -18,7 +18,8 @@ import cocotb
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
-from netreduce.registers import COUNTERS, counter_address, switch_config_writes
+from netreduce.egress import CLASSES, default_class_of_frame, default_queue_of_frame
+from netreduce.registers import COUNTERS, address, counter_address, switch_config_writes
 from netreduce.sim.runner import cocotb_params
 from netreduce.tb.harness_driver import HarnessDriver
 from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
@@ -52,8 +53,8 @@ class Registers:
     async def configure(self, config, workers, forwarding_entries):
         """Load a ``SwitchConfig`` (jobs by position; connection c = job position * N + worker)."""
         assert len(config.forwarding) <= forwarding_entries, "more MACs than forwarding entries"
-        for address, word in switch_config_writes(config, workers):
-            await self.write(address, word)
+        for at, word in switch_config_writes(config, workers):
+            await self.write(at, word)
 
 
 class TB(StreamTB):
@@ -152,13 +153,33 @@ class TB(StreamTB):
         cycles = 2000 + 4 * sum(len(f) for _, f in scenario["inputs"]) + 4 * sum(map(len, sum(expected, [])))
         got = await self.receive_ports([len(e) for e in expected], cycles)
         for p in range(self.ports):
-            check_frames(got[p], expected[p])
+            check_port(got[p], expected[p], self.params.get("egress_queues", 4))
         return got
 
 
 def frame_bytes(frame):
     """The bytes of a frame from an AXI-Stream sink or a MAC model."""
     return bytes(frame.tdata if hasattr(frame, "tdata") else frame.data)
+
+
+def check_port(got, expected, queues):
+    """The frames out of one port against the model's: equal, and in the model's order within each queue
+    of the port's egress stage (default map: a frame of a higher-priority queue, such as a CREDIT, may
+    overtake frames of lower ones; docs/ARCHITECTURE.md, "Egress stage (MLT)")."""
+    for q in range(queues):
+        check_frames([f for f in got if default_queue_of_frame(f, queues) == q],
+                     [f for f in expected if default_queue_of_frame(f, queues) == q])
+
+
+async def check_egress_counters(registers, expected, queues):
+    """Each port's egress counters: the frames and bytes the model sent out of it, by class; no drop."""
+    for p, frames in enumerate(expected):
+        for c in range(CLASSES):
+            ours = [f for f in frames if default_class_of_frame(f) == c]
+            want = {"frames_out": len(ours), "bytes_out": sum(map(len, ours)), "drops_threshold": 0, "drops_full": 0}
+            got = {name: await registers.read(address("egress", p, f"{name}{c}")) for name in want}
+            assert got == want, f"port {p}, class {c}: egress counters (rtl) {got}, from the model's frames {want}"
+        assert await registers.read(address("egress", p, "drops_oversize")) == 0, f"port {p}: oversize drops"
 
 
 def check_frames(got, expected):
@@ -221,12 +242,14 @@ async def scenario_against_model(dut):
     await replay.start()
     got = await replay.play()
     await replay.bench.settle(200)                  # nothing more may come out
+    queues = params.get("egress_queues", 4)
     for p, recorder in enumerate(replay.bench.recorders):
-        check_frames(got[p], replay.expected[p])
+        check_port(got[p], replay.expected[p], queues)
         assert len(recorder.frames) == len(replay.expected[p]), \
             f"port {p}: {len(recorder.frames) - len(replay.expected[p])} frames more than the model sent"
         assert recorder.pauses == 0, f"port {p}: frames out paused for {recorder.pauses} clocks in the middle"
     await check_counters(replay.registers, scenario)
+    await check_egress_counters(replay.registers, replay.expected, queues)
     dut._log.info("%d frames in, %s out (by port), all equal to the model's; counters equal",
                   len(scenario["inputs"]), [len(g) for g in got])
 
@@ -255,6 +278,9 @@ async def scenario_through_macs(dut, params, scenario):
     for p, sink in enumerate(tb.sinks):
         assert sink.empty(), f"port {p}: {sink.count()} frames more than the model sent"
     await check_counters(tb.registers, scenario)
+    await check_egress_counters(tb.registers, [[f for produced in scenario["outputs"] for port, f in produced
+                                                if port == p] for p in range(tb.ports)],
+                                params.get("egress_queues", 4))
     tb.log.info("%d frames in, %s out (by port), all equal to the model's; counters equal",
                 len(scenario["inputs"]), [len(g) for g in got])
 
@@ -280,16 +306,22 @@ async def measure(dut):
     got = await replay.play()
     wall, clocks = time.perf_counter() - wall, replay.bench.cycle - start
     for p in range(replay.ports):
-        check_frames(got[p], replay.expected[p])
+        check_port(got[p], replay.expected[p], params.get("egress_queues", 4))
     stamps = sorted((s for player in replay.bench.players for s in player.stamps), key=lambda s: s["last"])
     outs = sorted((f for recorder in replay.bench.recorders for f in recorder.frames), key=lambda f: f.first)
     output_beats = sum(-(-max(len(f.data), 1) // (params["width"] // 8)) for f in outs)
     # latency: from the last beat of each frame that completed a slot to the first beat of its first result
-    latencies, position = [], 0
+    # (frames are found by their bytes: the egress stage may reorder frames of different queues)
+    by_bytes = collections.defaultdict(collections.deque)
+    for frame in outs:
+        by_bytes[bytes(frame.data)].append(frame)
+    latencies = []
     for index, produced in enumerate(scenario["outputs"]):
+        first_out = by_bytes[produced[0][1]].popleft() if produced else None
         if scenario["results"][index]:
-            latencies.append(outs[position].first - stamps[index]["last"])
-        position += len(produced)
+            latencies.append(first_out.first - stamps[index]["last"])
+        for _, frame in produced[1:]:
+            by_bytes[frame].popleft()
     latencies.sort()
     frames = [frame for _, frame in scenario["inputs"]]
     offered = next((i for i, needed in enumerate(scenario["after"]) if needed), len(frames))
@@ -431,7 +463,7 @@ async def simulation_speed(dut):
         wall, clocks = time.perf_counter() - wall, round((get_sim_time("ns") - start) / CLOCK_NS)
     for p, expected in enumerate([[frame for produced in scenario["outputs"] for port, frame in produced
                                    if port == q] for q in range(params.get("ports", 1))]):
-        check_frames(got[p], expected)
+        check_port(got[p], expected, params.get("egress_queues", 4))
     frames = len(scenario["inputs"]) + sum(map(len, got))
     with open(params["out"], "w") as out:
         json.dump({"clocks": clocks, "frames": frames, "wall_seconds": wall}, out)

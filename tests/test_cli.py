@@ -44,6 +44,8 @@ def test_subcommand_help(name):
     ["generate"],
     ["generate", "--width", "32", "--out", "x"],
     ["generate", "--out", "x", "--message-slots", "3"],
+    ["generate", "--out", "x", "--egress-buffer", "4096"],             # smaller than --max-frame
+    ["generate", "--out", "x", "--egress-queues", "17"],
 ])
 def test_user_errors_are_one_line(tmp_path, args):
     result = subprocess.run([sys.executable, "-m", "netreduce", *args], capture_output=True, text=True,
@@ -108,7 +110,7 @@ def test_parse_pcap_rtl_on_icarus_matches_model():
 def test_generate_writes_verilog_and_manifest(tmp_path, width):
     out = tmp_path / "gen"
     netreduce("generate", "--width", str(width), "--out", str(out), "--workers", "2", "--jobs", "1",
-              "--ports", "2")
+              "--ports", "2", "--egress-queues", "2")
     verilog = (out / "netreduce_top.v").read_text()
     assert "module netreduce_top" in verilog
     manifest = json.loads((out / "netreduce_top.json").read_text())
@@ -121,5 +123,7 @@ def test_generate_writes_verilog_and_manifest(tmp_path, width):
     assert ports["csr__rdata"]["direction"] == "output" and ports["csr__addr"]["width"] == ADDRESS_BITS
     assert manifest["registers"] == json.loads(json.dumps(register_manifest(manifest["parameters"])))
     assert manifest["parameters"]["workers"] == 2 and manifest["parameters"]["width"] == width
+    assert manifest["parameters"]["egress_queues"] == 2
+    assert [b["count"] for b in manifest["registers"]["blocks"] if b["name"] == "egress"] == [2]
     for name in ports:
         assert name in verilog

@@ -24,7 +24,13 @@ def random_frames(rng, count, tag):
             for n in range(count)]
 
 
-def run(dut, testbenches, clocks=20000):
+def budget(*frame_lists, wait=0):
+    """Clocks enough for every beat of ``frame_lists`` at the random idle and backpressure of these tests
+    (eight clocks a beat, and ``wait`` more): a test that runs out of them fails on its missing frames."""
+    return wait + 1000 + 8 * sum(len(frame) for frames in frame_lists for frame in frames)
+
+
+def run(dut, testbenches, clocks):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     for testbench in testbenches:
@@ -87,7 +93,8 @@ def test_arbiter_whole_frames_in_order(ports, idle, backpressure):
     offered = [random_frames(rng, 30, p) for p in range(ports)]
     taken = []
     run(dut, [source(dut.i[p], offered[p], random.Random(rng.random()), idle) for p in range(ports)]
-        + [sink(dut.o, random.Random(rng.random()), backpressure, taken, dut.port), drain_frame_ports(dut)])
+        + [sink(dut.o, random.Random(rng.random()), backpressure, taken, dut.port), drain_frame_ports(dut)],
+        budget(*offered))
     frames = frames_of(taken)
     assert sorted(map(tuple, frames)) == sorted(tuple(f) for port in offered for f in port)
     for p in range(ports):
@@ -116,7 +123,8 @@ def test_arbiter_notes_each_frames_port_in_order(ports):
             ctx.set(dut.frame_port.ready, rng.random() < 0.5)
 
     run(dut, [source(dut.i[p], offered[p], random.Random(rng.random()), 0.1) for p in range(ports)]
-        + [sink(dut.o, random.Random(rng.random()), 0.1, taken), read_ports], clocks=20000)
+        + [sink(dut.o, random.Random(rng.random()), 0.1, taken), read_ports],
+        budget(*offered, wait=40 * FRAME_PORTS_DEPTH))
     frames = frames_of(taken)
     assert len(frames) == ports * 3 * FRAME_PORTS_DEPTH
     if ports > 1:
@@ -173,7 +181,7 @@ def route_and_check(dut, ports, rng, classes=False):
     fields = (lambda n: {"dscp": n % 64, "lossy": n % 3 == 0}) if classes else None
     extra = (lambda p: Cat(dut.o[p].payload.dscp, dut.o[p].payload.lossy)) if classes else (lambda p: None)
     run(top, [source(dut.i, frames, rng, 0.2, fields)]
-        + [sink(dut.o[p], random.Random(p), 0.3, taken[p], extra(p)) for p in range(ports)])
+        + [sink(dut.o[p], random.Random(p), 0.3, taken[p], extra(p)) for p in range(ports)], budget(frames))
     for p in range(ports):
         assert frames_of(taken[p]) == [f for f in frames if f[0] >> 56 == p]
         if classes:         # the frame's number is in bits 32.. of each of its words

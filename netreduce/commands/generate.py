@@ -31,6 +31,10 @@ def register(subparsers):
     parser.add_argument("--ports", type=int, default=1, metavar="P", help="Ethernet ports, 1 to 4 (default 1)")
     parser.add_argument("--forwarding-entries", type=int, default=16, metavar="E",
                         help="entries of the MAC forwarding table (default 16)")
+    parser.add_argument("--egress-queues", type=int, default=4, metavar="Q",
+                        help="priority queues of each port's egress stage, 1 to 16 (default 4)")
+    parser.add_argument("--egress-buffer", type=int, default=16384, metavar="BYTES",
+                        help="each port's egress buffer, at least --max-frame (default 16384)")
     parser.set_defaults(func=run)
 
 
@@ -62,7 +66,8 @@ def run(args):
                               ftz=args.ftz, mtu=args.mtu, message_packets=args.message_packets,
                               message_slots=args.message_slots, max_frame=args.max_frame,
                               adder_stages=args.adder_stages, ports=args.ports,
-                              forwarding_entries=args.forwarding_entries)
+                              forwarding_entries=args.forwarding_entries, egress_queues=args.egress_queues,
+                              egress_buffer=args.egress_buffer)
     except ValueError as error:
         raise UserError(str(error)) from None
     verilog_path = out / f"{TOP_NAME}.v"
