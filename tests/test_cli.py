@@ -13,7 +13,7 @@ from netreduce.registers import ADDRESS_BITS, manifest as register_manifest
 
 from references import capture_files
 
-SUBCOMMANDS = ["parse-pcap", "generate", "testfloat"]
+SUBCOMMANDS = ["parse-pcap", "generate", "build", "testfloat"]
 
 
 def netreduce(*args, stdin=None, check=True):
@@ -46,6 +46,8 @@ def test_subcommand_help(name):
     ["generate", "--out", "x", "--message-slots", "3"],
     ["generate", "--out", "x", "--egress-buffer", "4096"],             # smaller than --max-frame
     ["generate", "--out", "x", "--egress-queues", "17"],
+    ["build", "--board", "de0-nano", "--out", "x"],
+    ["build", "--board", "versa-ecp5", "--out", "x", "--sys-mhz", "5"],      # too slow for two ports
 ])
 def test_user_errors_are_one_line(tmp_path, args):
     result = subprocess.run([sys.executable, "-m", "netreduce", *args], capture_output=True, text=True,

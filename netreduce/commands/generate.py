@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..cli import UserError
 
-__all__ = ["register", "run", "port_manifest"]
+__all__ = ["register", "run", "port_manifest", "add_switch_arguments", "switch_arguments"]
 
 TOP_NAME = "netreduce_top"
 
@@ -17,6 +17,12 @@ def register(subparsers):
                                    description=__doc__)
     parser.add_argument("--width", type=int, choices=(64, 512), default=64, help="datapath width in bits")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    add_switch_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_switch_arguments(parser, *, ports=True):
+    """The switch's build parameters as options (``generate``, ``build``)."""
     parser.add_argument("--workers", type=int, default=8, metavar="N", help="most workers of a job (default 8)")
     parser.add_argument("--jobs", type=int, default=2, metavar="J", help="jobs at once (default 2)")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="element format")
@@ -28,14 +34,23 @@ def register(subparsers):
     parser.add_argument("--max-frame", type=int, default=9216, metavar="BYTES",
                         help="longest frame that can go on (default 9216, jumbo)")
     parser.add_argument("--adder-stages", type=int, default=5, metavar="S", help="pipeline depth of each adder")
-    parser.add_argument("--ports", type=int, default=1, metavar="P", help="Ethernet ports, 1 to 4 (default 1)")
+    if ports:
+        parser.add_argument("--ports", type=int, default=1, metavar="P", help="Ethernet ports, 1 to 4 (default 1)")
     parser.add_argument("--forwarding-entries", type=int, default=16, metavar="E",
                         help="entries of the MAC forwarding table (default 16)")
     parser.add_argument("--egress-queues", type=int, default=4, metavar="Q",
                         help="priority queues of each port's egress stage, 1 to 16 (default 4)")
     parser.add_argument("--egress-buffer", type=int, default=16384, metavar="BYTES",
                         help="each port's egress buffer, at least --max-frame (default 16384)")
-    parser.set_defaults(func=run)
+
+
+def switch_arguments(args):
+    """The keyword arguments of ``NetReduceSwitch`` given by ``add_switch_arguments``' options (not
+    ``width`` or ``ports``)."""
+    return dict(workers=args.workers, jobs=args.jobs, dtype=args.dtype, ftz=args.ftz, mtu=args.mtu,
+                message_packets=args.message_packets, message_slots=args.message_slots, max_frame=args.max_frame,
+                adder_stages=args.adder_stages, forwarding_entries=args.forwarding_entries,
+                egress_queues=args.egress_queues, egress_buffer=args.egress_buffer)
 
 
 def port_manifest(component, name):
@@ -62,12 +77,7 @@ def run(args):
     except OSError as error:
         raise UserError(f"cannot create {out}: {error.strerror}") from None
     try:
-        top = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
-                              ftz=args.ftz, mtu=args.mtu, message_packets=args.message_packets,
-                              message_slots=args.message_slots, max_frame=args.max_frame,
-                              adder_stages=args.adder_stages, ports=args.ports,
-                              forwarding_entries=args.forwarding_entries, egress_queues=args.egress_queues,
-                              egress_buffer=args.egress_buffer)
+        top = NetReduceSwitch(width=args.width, ports=args.ports, **switch_arguments(args))
     except ValueError as error:
         raise UserError(str(error)) from None
     verilog_path = out / f"{TOP_NAME}.v"

