@@ -68,6 +68,7 @@ from ...wire import (
     GAP_PSN_SHIFT,
     ICRC_BYTES,
     IPV4_HEADER,
+    MAX_HEADER_BYTES,
     UDP_HEADER,
     ControlType,
     header_bytes,
@@ -119,8 +120,9 @@ class NetReduceSwitch(wiring.Component):
     - ``adder_stages``: pipeline depth of each adder of the tree.
 
     - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table);
-    - ``egress_queues`` Q (1..16) and ``egress_buffer`` (bytes, at least ``max_frame``): each port's egress
-      stage (``hw.egress.EgressQueues``, MLT's priority queues and drops by class).
+    - ``egress_queues`` Q (1..16) and ``egress_buffer`` (bytes): each port's egress stage
+      (``hw.egress.EgressQueues``, MLT's priority queues and drops by class), whose buffer must hold the
+      longest frame the switch sends (``max_frame`` plus the longest RoCE headers and ICRC).
 
     Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
     tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``.
@@ -156,8 +158,9 @@ class NetReduceSwitch(wiring.Component):
             raise ValueError(f"egress_buffer must be a whole number of {self.beat_bytes}-byte beats, "
                              f"not {egress_buffer}")
         self.egress_queues, self.egress_buffer = egress_queues, egress_buffer
+        # the longest frame the deparser can send: a RoCE frame whose payload stream is max_frame bytes
         self.egress_geometry = dict(queues=egress_queues, depth_beats=egress_buffer // self.beat_bytes,
-                                    max_frame=max_frame)
+                                    max_frame=max_frame + MAX_HEADER_BYTES + ICRC_BYTES)
         try:
             check_geometry(width, cell_beats=None, **self.egress_geometry)
         except ValueError as error:

@@ -41,7 +41,7 @@ def add_switch_arguments(parser, *, ports=True):
     parser.add_argument("--egress-queues", type=int, default=4, metavar="Q",
                         help="priority queues of each port's egress stage, 1 to 16 (default 4)")
     parser.add_argument("--egress-buffer", type=int, default=16384, metavar="BYTES",
-                        help="each port's egress buffer, at least --max-frame (default 16384)")
+                        help="each port's egress buffer, at least --max-frame + 102 (default 16384)")
 
 
 def switch_arguments(args):
