@@ -40,6 +40,19 @@ def random_frames(rng, count, sizes=(60, 61, 64, 100, 333, 1514)):
     return frames
 
 
+def received_frames(rx, got):
+    """A process that appends each frame out of ``rx`` (a ``GmiiRx``) to ``got`` as (bytes, bad)."""
+    async def collect(ctx):
+        current = bytearray()
+        async for _, _, valid, beat in ctx.tick().sample(rx.o.valid, rx.o.payload):
+            if valid and beat.end:
+                got.append((bytes(current), beat.bad))
+                current = bytearray()
+            elif valid:
+                current.append(beat.data)
+    return collect
+
+
 RX_COUNTERS = ("frames_good", "drops_fcs", "drops_runt", "drops_error", "drops_oversize", "preamble_errors")
 
 
@@ -62,19 +75,10 @@ def rx_with_counters(dut, bursts, gaps):
         await ctx.tick().repeat(5)
         values.update({name: ctx.get(getattr(dut, name)) for name in RX_COUNTERS})
 
-    async def collect(ctx):
-        current = bytearray()
-        async for _, _, valid, beat in ctx.tick().sample(dut.o.valid, dut.o.payload):
-            if valid and beat.end:
-                got.append((bytes(current), beat.bad))
-                current = bytearray()
-            elif valid:
-                current.append(beat.data)
-
     sim = Simulator(dut)
     sim.add_clock(8e-9)
     sim.add_testbench(drive)
-    sim.add_process(collect)
+    sim.add_process(received_frames(dut, got))
     sim.run()
     return got, values
 
@@ -212,19 +216,10 @@ def test_tx_into_rx_loop(max_frame):
                 await ctx.tick().until(tx.i.ready)
             ctx.set(tx.i.valid, 0)
 
-    async def collect(ctx):
-        current = bytearray()
-        async for _, _, valid, beat in ctx.tick().sample(rx.o.valid, rx.o.payload):
-            if valid and beat.end:
-                got.append((bytes(current), beat.bad))
-                current = bytearray()
-            elif valid:
-                current.append(beat.data)
-
     sim = Simulator(top)
     sim.add_clock(8e-9)
     sim.add_testbench(source)
-    sim.add_process(collect)
+    sim.add_process(received_frames(rx, got))
     sim.run_until(8e-9 * (sum(max(len(f), 60) + 30 for f in frames) + 50))
     assert got == [(f + bytes(max(0, 60 - len(f))), 0) for f in frames]
 
