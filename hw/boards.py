@@ -20,16 +20,19 @@ built yet (docs/ARCHITECTURE.md, "Boards").
 
 from dataclasses import dataclass
 
-from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
 from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.wiring import In, Out
 
+from .csr import csr_signature
 from .ethernet import EthernetPort
 from .rgmii import Rgmii
 from .stream import axis_to_frames, frames_to_axis
 from .switch import NetReduceSwitch
 
-__all__ = ["Board", "BOARDS", "SwitchOnBoard", "ecp5_pll", "PllConfig", "default_sys_mhz", "board_constraints"]
+__all__ = ["Board", "BOARDS", "SwitchOnBoard", "SwitchOnGmii", "ecp5_pll", "PllConfig", "default_sys_mhz",
+           "board_constraints"]
 
 TX_HZ = 125_000_000
 WIDTH = 64
@@ -136,7 +139,7 @@ class SwitchOnBoard(Elaboratable):
             raise
         self.loopback = loopback
         self.switch = None if loopback else NetReduceSwitch(width=WIDTH, ports=ports, **switch)
-        self.max_frame = switch.get("max_frame", 9216) if loopback else self.switch.max_frame
+        self.max_frame = switch.get("max_frame", 9216) if loopback else self.switch.longest_frame
 
     def elaborate(self, platform):
         m = Module()
@@ -181,3 +184,38 @@ def board_constraints(board):
     return "\n".join([f"# {board}: pins and clocks of netreduce's board top, from amaranth-boards",
                       "# (written by netreduce.hw.boards.board_constraints; tests/test_boards.py checks it)",
                       *lines]) + "\n"
+
+
+class SwitchOnGmii(wiring.Component):
+    """What ``SwitchOnBoard`` puts between the pins and the switch, for simulation: ``ports`` ports of
+    ``EthernetPort`` on GMII (``gmii[p]``: ``rxd``, ``rx_dv``, ``rx_er`` in, ``txd``, ``tx_en``,
+    ``tx_er`` out) around a 64-bit ``NetReduceSwitch`` (built with ``switch``), and its ``csr``. No PLL and
+    no DDR buffers: the clocks and resets of ``sync`` (the switch: Verilog ``clk``, ``rst``), ``tx``
+    (``tx_clk``, ``tx_rst``) and each port's ``rx<p>`` (``rx_clk[p]``, ``rx_rst[p]``) are inputs."""
+
+    def __init__(self, ports, **switch):
+        self.switch = NetReduceSwitch(width=WIDTH, ports=ports, **switch)
+        self.ports = ports
+        gmii = wiring.Signature({"rxd": In(8), "rx_dv": In(1), "rx_er": In(1),
+                                 "txd": Out(8), "tx_en": Out(1), "tx_er": Out(1)})
+        super().__init__({"gmii": Out(gmii).array(ports), "csr": In(csr_signature()),
+                          "tx_clk": In(1), "tx_rst": In(1),
+                          "rx_clk": In(1).array(ports), "rx_rst": In(1).array(ports)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.tx = ClockDomain("tx")
+        m.d.comb += [ClockSignal("tx").eq(self.tx_clk), ResetSignal("tx").eq(self.tx_rst)]
+        m.submodules.switch = switch = self.switch
+        wiring.connect(m, wiring.flipped(self.csr), switch.csr)
+        for p in range(self.ports):
+            m.domains += ClockDomain(f"rx{p}")
+            m.d.comb += [ClockSignal(f"rx{p}").eq(self.rx_clk[p]), ResetSignal(f"rx{p}").eq(self.rx_rst[p])]
+            m.submodules[f"port{p}"] = port = EthernetPort(WIDTH, max_frame=switch.longest_frame,
+                                                           rx_domain=f"rx{p}", tx_domain="tx")
+            pins = self.gmii[p]
+            m.d.comb += [port.rx_dv.eq(pins.rx_dv), port.rx_er.eq(pins.rx_er), port.rxd.eq(pins.rxd),
+                         pins.tx_en.eq(port.tx_en), pins.tx_er.eq(port.tx_er), pins.txd.eq(port.txd)]
+            frames_to_axis(m, port.o, switch.s_axis[p])
+            axis_to_frames(m, switch.m_axis[p], port.i)
+        return m

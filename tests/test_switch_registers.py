@@ -131,3 +131,27 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
     sim.add_process(watch)
     sim.run()
     assert pulses == {"job": [1] * JOBS, "connection": [1] * (JOBS * WORKERS)}
+
+
+def test_a_strict_priority_stage_takes_no_scheduling_or_quanta():
+    """Built without deficit round robin, the stage has no ``scheduling`` or quanta: their registers are
+    written to nowhere, and the rest of its configuration still comes out."""
+    stage = EgressQueues(64, queues=2, depth_beats=512, max_frame=1024, weighted=False)
+    stage._MustUse__silence = True
+    dut = SwitchRegisters(jobs=1, workers=1, forwarding_entries=1, mtu=MTU, increment_bits=2, egress=stage, ports=1)
+    assert set(dut.egress[0].shape().members) == {"dscp_class", "class_table"}
+
+    async def bench(ctx):
+        for at, word in register_writes("egress", 0, scheduling=1, quantum0=9, quantum1=9, dscp9_class=3):
+            ctx.set(dut.csr.addr, at)
+            ctx.set(dut.csr.wdata, word)
+            ctx.set(dut.csr.we, 1)
+            await ctx.tick()
+        ctx.set(dut.csr.we, 0)
+        await ctx.tick()
+        assert ctx.get(dut.egress[0].dscp_class[9]) == 3
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()

@@ -63,6 +63,7 @@ class SwitchRegisters(wiring.Component):
     def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports):
         self.jobs_count, self.workers, self.forwarding_entries, self.mtu = jobs, workers, forwarding_entries, mtu
         self.ports, self.queues = ports, egress.queues
+        self.egress_config_members = tuple(egress.config_layout.members)
         self.connections_count = jobs * workers
         self.increment_layout = data.StructLayout(dict.fromkeys(COUNTERS, increment_bits))
         super().__init__({
@@ -118,7 +119,8 @@ class SwitchRegisters(wiring.Component):
 
     def _egress_registers(self, m, targets, readable, transforms):
         """The ``egress`` block of each port: its stage's configuration and counters. The registers of
-        queues the build does not have (q >= Q) are written to nowhere and read 0."""
+        queues the build does not have (q >= Q), and ``scheduling`` and the quanta of a stage built
+        without deficit round robin, are written to nowhere (and the counters of absent queues read 0)."""
         P, Q = self.ports, self.queues
         config, status = self.egress, self.egress_status
         for d in range(DSCPS):
@@ -129,10 +131,12 @@ class SwitchRegisters(wiring.Component):
             transforms[f"egress.class{c}_queue"] = lambda word: Mux(word > Q - 1, Q - 1, word)
             for name in EGRESS_COUNTERS:
                 readable[f"egress.{name}{c}"] = [status[p][name][c] for p in range(P)]
-        targets["egress.scheduling"] = [config[p].scheduling for p in range(P)]
+        weighted = "scheduling" in self.egress_config_members
+        targets["egress.scheduling"] = [config[p].scheduling if weighted else Signal(name=f"no_scheduling_{p}")
+                                        for p in range(P)]
         for q in range(MAX_QUEUES):
-            targets[f"egress.quantum{q}"] = [config[p].quantum[q] if q < Q else Signal(16, name=f"no_quantum_{p}_{q}")
-                                            for p in range(P)]
+            targets[f"egress.quantum{q}"] = [config[p].quantum[q] if weighted and q < Q
+                                            else Signal(16, name=f"no_quantum_{p}_{q}") for p in range(P)]
             readable[f"egress.high_water{q}"] = [status[p].high_water[q] if q < Q else 0 for p in range(P)]
         for name in ("drops_oversize", "occupancy"):
             readable[f"egress.{name}"] = [status[p][name] for p in range(P)]

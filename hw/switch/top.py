@@ -122,7 +122,8 @@ class NetReduceSwitch(wiring.Component):
     - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table);
     - ``egress_queues`` Q (1..16) and ``egress_buffer`` (bytes): each port's egress stage
       (``hw.egress.EgressQueues``, MLT's priority queues and drops by class), whose buffer must hold the
-      longest frame the switch sends (``max_frame`` plus the longest RoCE headers and ICRC).
+      longest frame the switch sends (``max_frame`` plus the longest RoCE headers and ICRC);
+      ``egress_weighted``: build its deficit round robin too (else strict priority only).
 
     Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
     tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``.
@@ -130,7 +131,7 @@ class NetReduceSwitch(wiring.Component):
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
                  message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
-                 egress_buffer=16384):
+                 egress_buffer=16384, egress_weighted=False):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
@@ -157,10 +158,13 @@ class NetReduceSwitch(wiring.Component):
         if egress_buffer % self.beat_bytes:
             raise ValueError(f"egress_buffer must be a whole number of {self.beat_bytes}-byte beats, "
                              f"not {egress_buffer}")
-        self.egress_queues, self.egress_buffer = egress_queues, egress_buffer
-        # the longest frame the deparser can send: a RoCE frame whose payload stream is max_frame bytes
+        if not isinstance(egress_weighted, bool):
+            raise ValueError(f"egress_weighted must be True or False, not {egress_weighted!r}")
+        self.egress_queues, self.egress_buffer, self.egress_weighted = egress_queues, egress_buffer, egress_weighted
+        # the longest frame the switch takes or sends: a RoCE frame whose payload stream is max_frame bytes
+        self.longest_frame = max_frame + MAX_HEADER_BYTES + ICRC_BYTES
         self.egress_geometry = dict(queues=egress_queues, depth_beats=egress_buffer // self.beat_bytes,
-                                    max_frame=max_frame + MAX_HEADER_BYTES + ICRC_BYTES)
+                                    max_frame=self.longest_frame)
         try:
             check_geometry(width, cell_beats=None, **self.egress_geometry)
         except ValueError as error:
@@ -185,7 +189,7 @@ class NetReduceSwitch(wiring.Component):
                 "message_slots": self.message_slots, "max_frame": self.max_frame,
                 "adder_stages": self.adder_stages, "ports": self.ports,
                 "forwarding_entries": self.forwarding_entries, "egress_queues": self.egress_queues,
-                "egress_buffer": self.egress_buffer}
+                "egress_buffer": self.egress_buffer, "egress_weighted": self.egress_weighted}
 
     def elaborate(self, platform):
         m = Module()
@@ -215,7 +219,7 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
         egress = []
         for p in range(self.ports):
-            stage = EgressQueues(W, weighted=True, **self.egress_geometry)
+            stage = EgressQueues(W, weighted=self.egress_weighted, **self.egress_geometry)
             m.submodules[f"egress_{p}"] = stage
             egress.append(stage)
             axis_to_frames(m, self.s_axis[p], arbiter.i[p])

@@ -42,6 +42,8 @@ def add_switch_arguments(parser, *, ports=True):
                         help="priority queues of each port's egress stage, 1 to 16 (default 4)")
     parser.add_argument("--egress-buffer", type=int, default=16384, metavar="BYTES",
                         help="each port's egress buffer, at least --max-frame + 102 (default 16384)")
+    parser.add_argument("--egress-weighted", action="store_true",
+                        help="build each egress stage's deficit round robin (default: strict priority only)")
 
 
 def switch_arguments(args):
@@ -50,7 +52,8 @@ def switch_arguments(args):
     return dict(workers=args.workers, jobs=args.jobs, dtype=args.dtype, ftz=args.ftz, mtu=args.mtu,
                 message_packets=args.message_packets, message_slots=args.message_slots, max_frame=args.max_frame,
                 adder_stages=args.adder_stages, forwarding_entries=args.forwarding_entries,
-                egress_queues=args.egress_queues, egress_buffer=args.egress_buffer)
+                egress_queues=args.egress_queues, egress_buffer=args.egress_buffer,
+                egress_weighted=args.egress_weighted)
 
 
 def port_manifest(component, name):
