@@ -54,7 +54,8 @@ class Rgmii(wiring.Component):
         m.submodules.rx_clk = rx_clk = io.Buffer("i", pins.rx_clk)
         m.d.comb += ClockSignal(rx).eq(rx_clk.i)
         if platform is not None and hasattr(platform, "add_clock_constraint"):
-            platform.add_clock_constraint(rx_clk.i, 125e6)
+            # on the pin itself: a constraint on the buffer's output names a net that synthesis renames
+            platform.add_clock_constraint(pins.rx_clk.io, 125e6)
 
         m.submodules.rx_ctl = rx_ctl = io.DDRBuffer("i", _subsignal(pins, "rx_ctl", "rx_ctrl"), i_domain=rx)
         m.submodules.rx_data = rx_data = io.DDRBuffer("i", pins.rx_data, i_domain=rx)

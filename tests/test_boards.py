@@ -44,7 +44,7 @@ def test_constraints_are_the_generated_ones(board):
     text = (REPO / "constraints" / f"{board}.lpf").read_text()
     assert text == board_constraints(board)
     for p in range(BOARDS[board].ports):
-        assert f'FREQUENCY NET "rgmii{p}.rx_clk.i" 125000000.0 HZ;' in text
+        assert f'FREQUENCY PORT "eth_rgmii_{p}__rx_clk__io" 125000000.0 HZ;' in text
         assert f"eth_rgmii_{p}__tx_data__io[3]" in text
 
 
