@@ -482,9 +482,12 @@ def test_malformed_table(name, frame, roce, ip_version, verdict, payload_len):
 
 
 def test_every_malformed_kind_is_generated():
+    """The strategy reaches every kind of malformed frame (the same 300 examples every run: a random draw
+    could miss a kind now and then)."""
     kinds = set()
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+              database=None)
     @given(malformed_frames())
     def collect(m):
         kinds.add(m.kind)
