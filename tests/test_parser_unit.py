@@ -81,6 +81,9 @@ def _capture_sample(count, seed):
     return random.Random(seed).sample(frames, min(count, len(frames)))
 
 
+# the captures through amaranth.sim: some 19 s of one core in all, so in the full suite only (the fast
+# tier keeps the generated frames, idle and backpressure; the Verilator testbenches take every capture)
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("width", [64, 512])
 def test_parser_on_captures(width):
     check_parser(_capture_sample(40 if width == 64 else 12, width), width)
@@ -90,6 +93,7 @@ def test_parser_with_idle_and_backpressure():
     check_parser(_capture_sample(30, 7), 64, idle=0.3, backpressure=0.4, seed=3)
 
 
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("width", [64, 512])
 def test_deparser_on_captures(width):
     check_deparser(_capture_sample(40 if width == 64 else 12, width + 1), width)
