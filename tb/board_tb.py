@@ -12,16 +12,14 @@ when every worker holds the exact tree sum and every frame out had a right FCS a
 import json
 
 import cocotb
-import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotb.utils import get_sim_time
+from cocotb.triggers import ClockCycles
 from cocotbext.eth import GmiiFrame, GmiiSink, GmiiSource
 
 from netreduce.host.faults import FaultSpec
-from netreduce.host.network import build_allreduce, expected_sum
+from netreduce.host.network import build_allreduce
 from netreduce.sim.runner import cocotb_params
-from netreduce.tb.switch_tb import Registers, RtlEngine
+from netreduce.tb.switch_tb import Registers, RtlEngine, results_match, run_network
 
 GMII_NS = 8                 # 125 MHz: a byte a clock, 1 Gb/s
 
@@ -53,43 +51,22 @@ async def allreduce_over_gmii(dut):
         faults_up=spec, faults_down=spec, width=64, ports=ports, engine=RtlEngine)
     registers = Registers(dut)
     await registers.configure(network.switch_config, params["workers"], params["forwarding_entries"])
-    origin = get_sim_time("ns")
-    engine = network.engine
     bad_fcs = []
 
-    def now():
-        return int(get_sim_time("ns") - origin)
+    async def send(port, frame):
+        await sources[port].send(GmiiFrame.from_payload(frame))
 
-    async def feed():
-        while True:
-            while engine.pending:
-                port, frame = engine.pending.popleft()
-                await sources[port].send(GmiiFrame.from_payload(frame))
-            await RisingEdge(dut.clk)
+    async def receive(port):
+        frame = await sinks[port].recv()
+        if not frame.check_fcs() or frame.error:
+            bad_fcs.append(port)
+        return bytes(frame.get_payload())
 
-    async def collect(port):
-        while True:
-            frame = await sinks[port].recv()
-            if not frame.check_fcs() or frame.error:
-                bad_fcs.append(port)
-            network.advance(now())
-            network.from_switch(port, bytes(frame.get_payload()))
-
-    network.start()
-    cocotb.start_soon(feed())
-    for port in range(ports):
-        cocotb.start_soon(collect(port))
-    while network.advance(now()) is None:
-        if now() > params["time_limit_ns"]:
-            network.status = "timeout"
-            break
-        await ClockCycles(dut.clk, 16)
+    now = await run_network(dut, network, send, receive, ports, params["time_limit_ns"], poll_clocks=16)
     summary = network.summary()
     network.close()
-    match = network.status == "done" and all(
-        np.array_equal(w.result, expected_sum(job, inputs[job.job])) for job in jobs
-        for w in network.workers if w.job is job)
-    dut._log.info("%s", json.dumps({"status": network.status, "match": bool(match), "clocks": now() // GMII_NS,
+    match = results_match(network, jobs, inputs)
+    dut._log.info("%s", json.dumps({"status": network.status, "match": match, "clocks": now() // GMII_NS,
                                     "frames_to_switch": summary.get("frames_to_switch")}))
     assert not bad_fcs, f"frames out with a bad FCS or tx_er on ports {sorted(set(bad_fcs))}"
     assert network.status == "done", f"the all-reduce did not finish: {network.status}"

@@ -362,6 +362,53 @@ class RtlEngine:
         self.pending.append((port, frame))
 
 
+async def run_network(dut, network, send, receive, ports, time_limit_ns, poll_clocks):
+    """Run ``network`` (its switch an ``RtlEngine``) on the simulated RTL in simulated time (the network's
+    nanoseconds are the simulator's): each frame the network hands over goes out, in order, through
+    ``await send(port, frame)``; each frame ``await receive(port)`` gives (bytes) goes back to the network.
+    Until the network ends, or ``time_limit_ns`` (status "timeout"), looking every ``poll_clocks`` clocks.
+    Returns ``now()``, the network's time."""
+    engine = network.engine
+    origin = get_sim_time("ns")
+
+    def now():
+        return int(get_sim_time("ns") - origin)
+
+    async def feed():
+        while True:
+            while engine.pending:
+                port, frame = engine.pending.popleft()
+                await send(port, frame)
+            await RisingEdge(dut.clk)
+
+    async def collect(port):
+        while True:
+            frame = await receive(port)
+            network.advance(now())
+            network.from_switch(port, frame)
+
+    network.start()
+    cocotb.start_soon(feed())
+    for port in range(ports):
+        cocotb.start_soon(collect(port))
+    while network.advance(now()) is None:
+        if now() > time_limit_ns:
+            network.status = "timeout"
+            break
+        await ClockCycles(dut.clk, poll_clocks)
+    return now
+
+
+def results_match(network, jobs, inputs):
+    """The network ended and every worker of every job holds the exact tree sum of its job's inputs."""
+    import numpy as np
+
+    from netreduce.host.network import expected_sum
+    return bool(network.status == "done" and all(
+        np.array_equal(w.result, expected_sum(job, inputs[job.job])) for job in jobs
+        for w in network.workers if w.job is job))
+
+
 @cocotb.test()
 async def closed_loop(dut):
     """``netreduce simulate --engine rtl``: the emulated workers run an all-reduce through the RTL in
@@ -370,10 +417,8 @@ async def closed_loop(dut):
     every host link to a pcapng file."""
     import json
 
-    import numpy as np
-
     from netreduce.host.faults import FaultSpec
-    from netreduce.host.network import build_allreduce, expected_sum
+    from netreduce.host.network import build_allreduce
 
     params = cocotb_params()
     spec = FaultSpec(loss=params.get("loss", 0.0), duplicate=params.get("dup", 0.0),
@@ -392,42 +437,16 @@ async def closed_loop(dut):
     tb = TB(dut, params)
     await tb.reset()
     await tb.configure(network.switch_config, params["workers"])
-    origin = get_sim_time("ns")
 
-    def now():
-        return int(get_sim_time("ns") - origin)
+    async def receive(port):
+        return frame_bytes(await tb.sinks[port].recv())
 
-    async def feed():
-        while True:
-            while engine.pending:
-                port, frame = engine.pending.popleft()
-                await tb.sources[port].send(frame)
-            await RisingEdge(dut.clk)
-
-    async def collect(port):
-        while True:
-            frame = await tb.sinks[port].recv()
-            network.advance(now())
-            network.from_switch(port, frame_bytes(frame))
-
-    network.start()
-    cocotb.start_soon(feed())
-    for port in range(tb.ports):
-        cocotb.start_soon(collect(port))
-    limit = params.get("time_limit_ns", 10**9)
-    while network.advance(now()) is None:
-        if now() > limit:
-            network.status = "timeout"
-            break
-        await ClockCycles(dut.clk, 4)
+    now = await run_network(dut, network, lambda port, frame: tb.sources[port].send(frame), receive, tb.ports,
+                            params.get("time_limit_ns", 10**9), poll_clocks=4)
     engine.counters.update(await tb.registers.counters())
     summary = network.summary()
     network.close()
-    match = network.status == "done"
-    for job in jobs:
-        expected = expected_sum(job, inputs[job.job])
-        match = match and all(np.array_equal(w.result, expected) for w in network.workers if w.job is job)
-    summary.update(match=bool(match), clocks=int(now() / CLOCK_NS))
+    summary.update(match=results_match(network, jobs, inputs), clocks=int(now() / CLOCK_NS))
     with open(params["out"], "w") as out:
         json.dump(summary, out)
     if params.get("dump"):

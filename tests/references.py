@@ -1,5 +1,6 @@
 """Test helpers: the RoCE v2 captures from real NICs (tests/data/captures, with their provenance in its
-README.md) and independent references written from the RFCs and the IBA."""
+README.md), independent references written from the RFCs and the IBA, and register writes through a
+``csr`` port in amaranth.sim."""
 
 from pathlib import Path
 
@@ -111,3 +112,14 @@ def check_link_capture(path, summary):
     assert counts["corrupted_down"] <= drops.get("down_corrupt", 0)
     assert counts["sent_up"] and counts["sent_down"] and counts["received_up"] and counts["received_down"]
     return counts
+
+
+async def write_registers(ctx, csr, writes):
+    """amaranth.sim: each ``(word address, word)`` of ``writes`` through the ``csr`` port, one a clock;
+    ``we`` low afterwards."""
+    for at, word in writes:
+        ctx.set(csr.addr, at)
+        ctx.set(csr.wdata, word)
+        ctx.set(csr.we, 1)
+        await ctx.tick()
+    ctx.set(csr.we, 0)

@@ -27,6 +27,8 @@ from netreduce.registers import (
 )
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 
+from references import write_registers
+
 REPO = Path(__file__).resolve().parent.parent
 PARAMS = {"jobs": 2, "workers": 3, "forwarding_entries": 4, "ports": 2}
 LARGEST = {"jobs": 16, "workers": 16, "forwarding_entries": 64, "ports": 4}
@@ -92,14 +94,11 @@ def test_decoder_writes_every_register_and_reads_every_counter():
     async def bench(ctx):
         for (key, i), value in counts.items():
             ctx.set(dut.values[key][i], value)
+        writes = []
         for (key, i), value in values.items():
             block, register = key.split(".")
-            for at, word in register_writes(block, i, **{register: value}):
-                ctx.set(dut.csr.addr, at)
-                ctx.set(dut.csr.wdata, word)
-                ctx.set(dut.csr.we, 1)
-                await ctx.tick()
-        ctx.set(dut.csr.we, 0)
+            writes += register_writes(block, i, **{register: value})
+        await write_registers(ctx, dut.csr, writes)
         await ctx.tick()
         for (key, i), value in values.items():
             assert ctx.get(dut.targets[key][i]) == value, (key, i)

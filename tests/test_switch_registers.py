@@ -16,6 +16,8 @@ from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, address, counter_address, register_writes, switch_config_writes, vlan_word
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 
+from references import write_registers
+
 JOBS, WORKERS, ENTRIES, MTU = 2, 2, 4, 1024
 PORTS, QUEUES = 2, 3
 
@@ -62,12 +64,7 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
             assert ctx.get(dut.egress[p]) == ctx.get(dut.egress[p]).shape().const(stage.config_init)
         for (p, name, i), value in status.items():
             ctx.set(dut.egress_status[p][name] if i is None else dut.egress_status[p][name][i], value)
-        for at, word in switch_config_writes(cfg, WORKERS) + egress_writes:
-            ctx.set(dut.csr.addr, at)
-            ctx.set(dut.csr.wdata, word)
-            ctx.set(dut.csr.we, 1)
-            await ctx.tick()
-        ctx.set(dut.csr.we, 0)
+        await write_registers(ctx, dut.csr, switch_config_writes(cfg, WORKERS) + egress_writes)
         for step in range(5):
             for name in COUNTERS:
                 ctx.set(dut.increments[name], increments[name][step])
@@ -142,12 +139,8 @@ def test_a_strict_priority_stage_takes_no_scheduling_or_quanta():
     assert set(dut.egress[0].shape().members) == {"dscp_class", "class_table"}
 
     async def bench(ctx):
-        for at, word in register_writes("egress", 0, scheduling=1, quantum0=9, quantum1=9, dscp9_class=3):
-            ctx.set(dut.csr.addr, at)
-            ctx.set(dut.csr.wdata, word)
-            ctx.set(dut.csr.we, 1)
-            await ctx.tick()
-        ctx.set(dut.csr.we, 0)
+        await write_registers(ctx, dut.csr, register_writes("egress", 0, scheduling=1, quantum0=9, quantum1=9,
+                                                             dscp9_class=3))
         await ctx.tick()
         assert ctx.get(dut.egress[0].dscp_class[9]) == 3
 
