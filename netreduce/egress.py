@@ -30,6 +30,7 @@ class goes to the lowest queue.
 """
 
 from dataclasses import dataclass
+from functools import cache
 
 from amaranth.lib import enum
 
@@ -117,6 +118,7 @@ def queue_of_group(group, queues):
     return group * queues // LAYER_GROUPS
 
 
+@cache
 def default_dscp_classes():
     """The default ``dscp_class`` table: the class of each DSCP 0..63."""
     table = [OTHER_CLASS] * DSCPS
@@ -129,6 +131,7 @@ def default_dscp_classes():
     return tuple(table)
 
 
+@cache
 def default_class_table(queues, depth_beats, max_frame_beats):
     """The default ``class_table``: one :class:`ClassEntry` per class. A class that is never dropped gets
     ``depth_beats`` as its threshold (which is never reached)."""

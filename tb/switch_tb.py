@@ -166,9 +166,12 @@ def check_port(got, expected, queues):
     """The frames out of one port against the model's: equal, and in the model's order within each queue
     of the port's egress stage (default map: a frame of a higher-priority queue, such as a CREDIT, may
     overtake frames of lower ones; docs/ARCHITECTURE.md, "Egress stage (MLT)")."""
-    for q in range(queues):
-        check_frames([f for f in got if default_queue_of_frame(f, queues) == q],
-                     [f for f in expected if default_queue_of_frame(f, queues) == q])
+    by_queue = [([], []) for _ in range(queues)]
+    for side, frames in enumerate((got, expected)):
+        for frame in frames:
+            by_queue[default_queue_of_frame(frame, queues)][side].append(frame)
+    for got_q, expected_q in by_queue:
+        check_frames(got_q, expected_q)
 
 
 async def check_egress_counters(registers, expected, queues):
