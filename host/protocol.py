@@ -28,8 +28,8 @@ from netreduce.wire import (
     unpack_header,
 )
 
-__all__ = ["AggHeader", "ControlMessage", "build_control_frame", "parse_control_payload", "udp_payload",
-           "ip_to_int", "mac_to_int", "DTYPE_NAMES"]
+__all__ = ["AggHeader", "ControlMessage", "build_control_frame", "build_udp_frame", "parse_control_payload",
+           "udp_payload", "ip_to_int", "mac_to_int", "DTYPE_NAMES"]
 
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
 _CONTROL_BYTES = header_bytes(CONTROL_PACKET)
@@ -121,16 +121,22 @@ _IPV4_UDP = struct.Struct("!BBHHHBBH4s4sHHHH")
 
 
 def build_control_frame(message, *, src_mac, dst_mac, src_ip, dst_ip, port=CONTROL_PORT):
-    """A control packet as an Ethernet frame: IPv4 (DSCP ``CONTROL_DSCP``, DF, TTL 64, identification 0,
-    checksum computed), UDP from and to ``port`` with checksum 0, the 12-byte control payload, zero
-    padding to 60 bytes."""
+    """A control packet as an Ethernet frame (:func:`build_udp_frame`, from and to ``port``)."""
     payload = pack_header(CONTROL_PACKET, {
         "magic": CONTROL_MAGIC, "version": CONTROL_VERSION, "type": int(message.type), "job": message.job,
         "worker": message.worker, "value": message.value})
+    return build_udp_frame(payload, src_mac=src_mac, dst_mac=dst_mac, src_ip=src_ip, dst_ip=dst_ip,
+                           sport=port, dport=port)
+
+
+def build_udp_frame(payload, *, src_mac, dst_mac, src_ip, dst_ip, sport, dport):
+    """A frame of NetReduce's own traffic (control and management packets): IPv4 (DSCP ``CONTROL_DSCP``,
+    DF, TTL 64, identification 0, checksum computed), UDP with checksum 0, ``payload``, zero padding to
+    60 bytes."""
     udp_len = 8 + len(payload)
     ip = bytearray(_IPV4_UDP.pack(0x45, CONTROL_DSCP << 2, 20 + udp_len, 0, 0x4000, 64, 17, 0,
                                   ip_to_int(src_ip).to_bytes(4, "big"), ip_to_int(dst_ip).to_bytes(4, "big"),
-                                  port, port, udp_len, 0))
+                                  sport, dport, udp_len, 0))
     ip[10:12] = ipv4_checksum(ip[:20]).to_bytes(2, "big")
     frame = (mac_to_int(dst_mac).to_bytes(6, "big") + mac_to_int(src_mac).to_bytes(6, "big")
              + ETHERTYPE_IPV4.to_bytes(2, "big") + bytes(ip) + payload)

@@ -19,7 +19,7 @@ from .wire import CONTROL_PORT
 __all__ = [
     "COUNTERS", "ADDRESS_BITS", "Register", "Block", "BLOCKS", "SWITCH", "JOB", "FORWARDING", "COUNTER_BLOCK",
     "CONNECTION", "EGRESS", "EGRESS_COUNTERS", "block", "instances", "address", "counter_address", "check_map",
-    "register_writes", "switch_config_writes", "vlan_word", "markdown_table", "manifest",
+    "register_writes", "switch_config_writes", "vlan_word", "markdown_table", "manifest", "locate", "RegisterFile",
 ]
 
 # Every counter the switch keeps (docs/ARCHITECTURE.md, "Switch behaviour, per received frame"), in the
@@ -33,6 +33,7 @@ COUNTERS = (
     "deadline_completions", "late", "result_requests", "results_resent", "result_requests_stale",
     "contributors_0", "contributors_1", "contributors_2", "contributors_3", "contributors_4", "contributors_5",
     "contributors_6", "contributors_7", "contributors_8_or_more",
+    "management_requests", "management_refused", "management_bad",
 )
 
 ADDRESS_BITS = 16
@@ -200,6 +201,59 @@ def check_map(params):
                         raise ValueError(f"{blk.name}[{index}].{r.name} and {owner[at]} share word {at:#x}")
                     owner[at] = f"{blk.name}[{index}].{r.name}"
     return owner
+
+
+def locate(word_address, params):
+    """``(block, index, register, word)`` of the register word at ``word_address`` in a build of ``params``,
+    or ``None`` where no register is."""
+    for blk in BLOCKS:
+        offset = word_address - blk.base
+        if offset < 0:
+            continue
+        index, at = divmod(offset, blk.stride) if blk.stride else (0, offset)
+        if index >= instances(blk, params):
+            continue
+        for r in blk.registers:
+            if r.offset <= at < r.offset + r.words:
+                return blk, index, r, at - r.offset
+    return None
+
+
+class RegisterFile:
+    """The writable registers of a build as the register port keeps them, for the golden model: each
+    instance's ``wo`` and ``action`` registers from their reset values (``init``, ``reset`` for any the
+    build sets otherwise), written a word at a time and cut to the register's width, as the RTL's decoder
+    does (``limits``: ``{(block name, register name): largest}``, a larger word written is taken as it). A write
+    to a read-only or unmapped word is ignored."""
+
+    def __init__(self, params, reset=None, limits=None):
+        check_map(params)
+        self.params, self.limits = params, limits or {}
+        self.values = {}
+        for blk in BLOCKS:
+            for index in range(instances(blk, params)):
+                for r in blk.registers:
+                    if r.access != "ro":
+                        self.values[blk.name, index, r.name] = r.init
+        for key, value in (reset or {}).items():
+            self.values[key] = value
+
+    def write(self, word_address, word):
+        """Write ``word``; ``(block, index, register)`` written, or ``None`` (nothing is)."""
+        found = locate(word_address, self.params)
+        if found is None or found[2].access == "ro":
+            return None
+        blk, index, r, word_index = found
+        key = (blk.name, index, r.name)
+        word = min(word, self.limits.get((blk.name, r.name), word))
+        low = WORD_BITS * word_index
+        value = (self.values[key] & ~(0xFFFFFFFF << low)) | ((word & 0xFFFFFFFF) << low)
+        self.values[key] = value & ((1 << r.bits) - 1)
+        return key
+
+    def __getitem__(self, key):
+        """The value of ``(block name, index, register name)``."""
+        return self.values[key]
 
 
 def register_writes(block_name, index, **values):

@@ -22,6 +22,8 @@ __all__ = [
     "PARSED_HEADER_FIELDS", "PAYLOAD_VERDICT_FIELDS",
     "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES",
     "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType",
+    "MANAGEMENT_PACKET", "MANAGEMENT_MAGIC", "MANAGEMENT_VERSION", "MANAGEMENT_PORT", "ManagementOp",
+    "MANAGEMENT_REPLY", "ManagementAddress",
     "PSN_MODULUS", "psn_distance", "MSG_SEQ_MODULUS", "msg_distance", "GAP_PSN_SHIFT",
     "RC_WRITE_OPCODES", "UC_WRITE_OPCODES", "AethSyndrome",
 ]
@@ -256,6 +258,45 @@ class ControlType(IntEnum):
     CREDIT_REQUEST = 2      # host to switch: please send my CREDIT again
     RESULT_REQUEST = 3      # host to switch (a bounded-loss job's receiver): ``value`` = the msg_seq of a
                             # result it misses; answered from the message's slot while it holds it
+
+
+# Management packets (the in-band control plane, docs/ARCHITECTURE.md "In-band control plane"): the UDP
+# payload of a request from the one manager to the switch's management address, and of the switch's reply.
+MANAGEMENT_PACKET = [
+    ("magic", 16), ("version", 8), ("op", 8), ("sequence", 16), ("address", 16), ("value", 32),
+]
+MANAGEMENT_MAGIC = 0x4E4D   # "NM"
+MANAGEMENT_VERSION = 1
+MANAGEMENT_PORT = 4793      # the switch's UDP port for management requests (its replies come from it)
+MANAGEMENT_REPLY = 0x80     # set in ``op`` of a reply
+
+
+class ManagementOp(IntEnum):
+    WRITE = 1               # write ``value`` to the register word at ``address``; the reply echoes both
+    READ = 2                # the reply's ``value`` is the word at ``address`` (a configuration word reads 0)
+
+
+@dataclass(frozen=True)
+class ManagementAddress:
+    """Who manages a switch, fixed when it is built (the switch's own address registers are written through
+    it): the switch's management MAC and IPv4 address, and the one manager it answers (MAC, IPv4 address,
+    UDP source port and, if not ``None``, the switch port its requests arrive on). Addresses as ints."""
+    switch_mac: int
+    switch_ip: int
+    manager_mac: int
+    manager_ip: int
+    manager_port: int
+    manager_ingress: int | None = None
+
+    def __post_init__(self):
+        for name, bits in (("switch_mac", 48), ("switch_ip", 32), ("manager_mac", 48), ("manager_ip", 32),
+                           ("manager_port", 16)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < 1 << bits:
+                raise ValueError(f"management address: {name} {value!r} is not a {bits}-bit number")
+        if self.manager_ingress is not None and (not isinstance(self.manager_ingress, int)
+                                                 or self.manager_ingress < 0):
+            raise ValueError(f"management address: manager_ingress {self.manager_ingress!r} is not a port")
 
 
 # --- RC transport rules shared by the endpoints and the switch -------------------------------------------

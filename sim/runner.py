@@ -133,19 +133,78 @@ def _runner(simulator):
     return FocusedVerilator()
 
 
-def _source_digest():
-    """A digest of the Python source that generated Verilog depends on: the RTL (hw/), the harness
-    (tb/harness.py), and what they import from the package (netreduce/). Not the golden model (sim/):
-    no module of hw/ imports it (tests/test_registers.py), so a change to the model rebuilds nothing."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    files = [*sorted((root / "hw").rglob("*.py")), root / "tb" / "harness.py",
-             *sorted((root / "netreduce").glob("*.py"))]
-    for path in files:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+def _held_elaboratables(component):
+    """``component`` and every elaboratable it holds in its attributes (in lists, tuples and dicts too),
+    transitively: a harness holds its device, a board top its switch."""
+    from amaranth.hdl import Elaboratable
+    found, stack = {}, [component]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, Elaboratable) and id(item) not in found:
+            found[id(item)] = item
+            stack.extend(vars(item).values())
+    return list(found.values())
+
+
+def _imported_modules(name):
+    """The modules of the project (``netreduce.*``) that module ``name`` imports, anywhere in its text."""
+    import ast
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    tree = ast.parse(Path(spec.origin).read_text())
+    package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                if node.level else node.module
+            imported.add(base)
+            imported.update(f"{base}.{alias.name}" for alias in node.names)     # `from . import wire`
+    found = set()
+    for module in imported:
+        if module.split(".")[0] == "netreduce":
+            try:
+                if importlib.util.find_spec(module) is not None:
+                    found.add(module)
+            except ModuleNotFoundError:         # `from pkg import name` where name is not a module
+                pass
+    return found
+
+
+def design_modules(component):
+    """The modules of the project that the Verilog of ``component`` can depend on: those that define the
+    classes of the component and of the elaboratables it holds, and what they import from the project,
+    transitively (with the packages on the way, whose ``__init__`` runs on import)."""
+    pending = {type(item).__module__ for item in _held_elaboratables(component)}
+    modules = set()
+    while pending:
+        name = pending.pop()
+        if name in modules or name.split(".")[0] != "netreduce":
+            continue
+        modules.add(name)
+        parts = name.split(".")
+        pending.update(".".join(parts[:i]) for i in range(1, len(parts)))
+        pending.update(_imported_modules(name))
+    return sorted(modules)
+
+
+def _source_digest(component):
+    """A digest of the Python source that the Verilog of ``component`` depends on (:func:`design_modules`)
+    and of Amaranth's version: a change to one design's RTL, to the golden model (sim/, which no module of
+    hw/ imports: tests/test_registers.py) or to the tests regenerates no other design."""
+    import importlib.util
+
     import amaranth
-    digest.update(amaranth.__version__.encode())
+    digest = hashlib.sha256(amaranth.__version__.encode())
+    for name in design_modules(component):
+        digest.update(name.encode())
+        digest.update(Path(importlib.util.find_spec(name).origin).read_bytes())
     return digest.hexdigest()
 
 
@@ -172,7 +231,7 @@ def _cached_verilog(component, name, build_dir, build_params):
     (the source, ``name`` and ``build_params``, which must determine the component): generating the
     switch takes about a minute, and most runs of a build change nothing in its source."""
     import fcntl
-    key = hashlib.sha256(json.dumps([_source_digest(), name, build_params], sort_keys=True,
+    key = hashlib.sha256(json.dumps([_source_digest(component), name, build_params], sort_keys=True,
                                     default=str).encode()).hexdigest()
     cached, cached_key = build_dir / "generated.v", build_dir / "generated.key"
     shared = verilog_cache() / f"{key}.v"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from netreduce.host.management import build_management_frame, parse_management_payload
 from netreduce.host.protocol import (
     AggHeader,
     ControlMessage,
@@ -37,7 +38,7 @@ from netreduce.host.protocol import (
     parse_control_payload,
     udp_payload,
 )
-from netreduce.registers import COUNTERS
+from netreduce.registers import COUNTER_BLOCK, COUNTERS, RegisterFile, locate
 from netreduce.sim.fp import get_format, tree_sum
 from netreduce.sim.roce_model import deparse_frame, has_udp, parse_frame, verdict_good
 from netreduce.wire import (
@@ -45,18 +46,22 @@ from netreduce.wire import (
     CONTROL_PACKET,
     CONTROL_PORT,
     GAP_PSN_SHIFT,
+    MANAGEMENT_PACKET,
+    MANAGEMENT_PORT,
     MSG_SEQ_MODULUS,
     PSN_MODULUS,
     RC_WRITE_OPCODES,
     UC_WRITE_OPCODES,
     AethSyndrome,
     ControlType,
+    ManagementOp,
     header_bytes,
     msg_distance,
     psn_distance,
 )
 
 __all__ = ["JobClass", "JobConfig", "ConnectionConfig", "SwitchConfig", "SwitchModel", "SlotState", "COUNTERS",
+           "config_from_registers",
            "GAP_PSN_SHIFT", "LOSSY_MAX_WORKERS", "HISTOGRAM_COUNTERS", "contributors_counter"]
 
 _FIRST = {RC_WRITE_OPCODES["FIRST"], RC_WRITE_OPCODES["ONLY"], RC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]}
@@ -66,6 +71,7 @@ _WRITES = set(RC_WRITE_OPCODES.values())
 _ACKNOWLEDGE = 0x11
 _ELEMENT_ALIGN = 4      # payload lengths are whole 32-bit words: one binary32 or two 16-bit elements
 _CONTROL_UDP_LEN = 8 + header_bytes(CONTROL_PACKET)     # 20: a UDP length that holds the whole control message
+_MANAGEMENT_UDP_LEN = 8 + header_bytes(MANAGEMENT_PACKET)   # 20 likewise
 _VID_MASK = 0xFFF
 _LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # 0x2B: a bounded-loss job's only data opcode
 LOSSY_MAX_WORKERS = 32          # the contributor bitmap is the 32-bit immediate
@@ -336,11 +342,31 @@ class SwitchModel:
     ``contributors`` is the exact histogram of the bounded-loss completions by number of contributors; ``now``
     is the switch's clock (advanced by ``receive(..., now=)`` and :meth:`advance`)."""
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, config, *, management=None, build=None):
         self.counters = Counter(dict.fromkeys(COUNTERS, 0))
         self.contributors = Counter()
         self.now = 0
+        self.management, self.build, self.registers = management, build, None
+        if management is not None:
+            if build is None:
+                raise ValueError("a switch managed in-band needs its build's parameters (NetReduceSwitch.parameters)")
+            # a job's MTU resets to the build's, and a larger one written is taken as the build's (as in the RTL)
+            self.registers = RegisterFile(build, reset={("job", j, "mtu"): build["mtu"] for j in range(build["jobs"])},
+                                          limits={("job", "mtu"): build["mtu"]})
+        self._configure(config)
+
+    @classmethod
+    def managed(cls, build, management):
+        """The switch of build ``build`` (``NetReduceSwitch.parameters``) as it leaves reset, configured only
+        through management packets from the manager of ``management`` (a ``netreduce.wire.ManagementAddress``)."""
+        model = cls(SwitchConfig(ports=build["ports"], max_frame=build["max_frame"]), management=management,
+                    build=build)
+        model._configure(config_from_registers(model.registers, build))
+        return model
+
+    def _configure(self, config):
+        """Take ``config``: every job and connection from its first state."""
+        self.config = config
         self._mac = mac_to_int(config.mac)
         self._ip = ip_to_int(config.ip)
         self.jobs = {}
@@ -388,6 +414,8 @@ class SwitchModel:
             self.counters["drop_oversize"] += 1
         elif h["eth_src"] == self._mac or (h["ip_version"] == 4 and h["ip_src"] == self._ip):
             self.counters["drop_spoofed"] += 1          # someone speaking in the switch's name
+        elif self._is_management(h):
+            self._management(port, h, parsed.payload, out)
         elif self._is_control(h):
             self._control(port, h, parsed.payload, out)
         elif not h["roce"] or h["ip_version"] != 4:
@@ -438,6 +466,63 @@ class SwitchModel:
         (the same bytes up to the IP end; what followed it becomes zero padding up to 60 bytes)."""
         h = parsed.header
         self._emit(deparse_frame(h, parsed.payload) if h["roce"] else parsed.payload, out)
+
+    # --- management packets (the in-band control plane) -----------------------------------------------
+
+    def _is_management(self, h):
+        """IPv4 UDP, not RoCE, to the management port of the management address (of a managed switch)."""
+        m = self.management
+        return (m is not None and h["ip_version"] == 4 and has_udp(h) and not h["roce"]
+                and h["udp_dport"] == MANAGEMENT_PORT and h["eth_dst"] == m.switch_mac and h["ip_dst"] == m.switch_ip)
+
+    def _management(self, port, h, frame_payload, out):
+        """A management request: answered, to the port it came in on, only when it comes from the manager
+        (MAC, IPv4 address, UDP port, untagged, and its port if the address names one), holds a whole valid
+        request and is not itself a reply; nothing is forwarded."""
+        m = self.management
+        if not (h["eth_src"] == m.manager_mac and h["ip_src"] == m.manager_ip and h["udp_sport"] == m.manager_port
+                and not h["vlan_valid"] and (m.manager_ingress is None or port == m.manager_ingress)):
+            self.counters["management_refused"] += 1
+            return
+        message = (parse_management_payload(udp_payload(frame_payload, h))
+                   if h["udp_len"] >= _MANAGEMENT_UDP_LEN else None)
+        if message is None or message.reply:
+            self.counters["management_bad"] += 1
+            return
+        self.counters["management_requests"] += 1
+        value = message.value
+        if message.op == ManagementOp.WRITE:
+            self._register_written(self.registers.write(message.address, message.value))
+        else:
+            value = self._read_register(message.address)
+        reply = build_management_frame(
+            type(message)(message.op, message.sequence, message.address, value, reply=True), m)
+        out.append((port, reply))
+
+    def _read_register(self, word_address):
+        """A read-only word as the register port shows it: a counter (this model keeps no egress stage, so its
+        status words read 0, as every configuration word does)."""
+        found = locate(word_address, self.build)
+        if found is None or found[0] is not COUNTER_BLOCK:
+            return 0
+        return self.counters[found[2].name] % (1 << 32)
+
+    def _register_written(self, key):
+        """A written register takes effect: the switch's addresses and the forwarding table at once; a job's and
+        a connection's registers when its ``enable`` is written, which here starts every job and connection
+        afresh from the registers (the RTL resets only the one enabled; docs "In-band control plane")."""
+        if key is None:
+            return
+        block_name, _, name = key
+        if block_name in ("switch", "forwarding") or name == "enable":
+            config = config_from_registers(self.registers, self.build)
+            if name == "enable":
+                self._configure(config)
+            else:
+                jobs, connections = self.config.jobs, self.config.connections
+                self.config = config
+                self.config.jobs, self.config.connections = jobs, connections
+                self._mac, self._ip = mac_to_int(config.mac), ip_to_int(config.ip)
 
     # --- control packets ------------------------------------------------------------------------------
 
@@ -785,3 +870,62 @@ class SwitchModel:
         if index == 0:
             total = payload[:AGG_HEADER_BYTES] + total[AGG_HEADER_BYTES:]
         return deparse_frame(header, total)
+
+
+def config_from_registers(registers, build):
+    """The :class:`SwitchConfig` that the register file ``registers`` (``netreduce.registers.RegisterFile``) of a
+    build of parameters ``build`` holds: the inverse of ``netreduce.registers.switch_config_writes``, jobs in
+    the order of their indices. Registers that no valid configuration holds are left out (docs, "In-band
+    control plane"): a forwarding entry naming a port the build lacks, a job whose registers are not a valid
+    ``JobConfig`` of the build, whose id an enabled job of a lower index has, or whose workers do not each have
+    an enabled connection that is valid (its ports the build's, its VLAN words untagged or tagged, its keys
+    no lower connection's); a ``default_port`` the build lacks reads as 0."""
+    r, ports, workers = registers, build["ports"], build["workers"]
+
+    def place(c, side):
+        vlan = r["connection", c, f"{side}_vlan"]
+        if vlan and not vlan & 0x1000:
+            raise ValueError("neither untagged nor tagged")
+        port = r["connection", c, f"{side}_port"]
+        if port >= ports:
+            raise ValueError("no such port")
+        return {f"{side}_mac": r["connection", c, f"{side}_mac"], f"{side}_ip": r["connection", c, f"{side}_ip"],
+                f"{side}_port": port, f"{side}_vlan": vlan & 0xFFF if vlan else None}
+
+    forwarding = {}
+    for e in range(build["forwarding_entries"]):
+        if r["forwarding", e, "enable"] and r["forwarding", e, "port"] < ports:
+            forwarding.setdefault(r["forwarding", e, "mac"], r["forwarding", e, "port"])
+    default_port = r["switch", 0, "default_port"]
+    jobs, connections, keys = [], [], set()
+    for j in range(build["jobs"]):
+        if not r["job", j, "enable"] or any(job.job == r["job", j, "id"] for job in jobs):
+            continue
+        try:
+            job = JobConfig(job=r["job", j, "id"], workers=r["job", j, "workers"], dtype=build["dtype"],
+                            mtu=r["job", j, "mtu"], message_packets=build["message_packets"],
+                            message_slots=build["message_slots"], ftz=build["ftz"], start_msg=r["job", j, "start_msg"])
+            if job.workers > workers:
+                raise ValueError("more workers than the build's")
+            conns = []
+            for w in range(job.workers):
+                c = j * workers + w
+                if not r["connection", c, "enable"]:
+                    raise ValueError("a worker without a connection")
+                conn = ConnectionConfig(job=job.job, worker=w, requester_qpn=r["connection", c, "requester_qpn"],
+                                        responder_qpn=r["connection", c, "responder_qpn"],
+                                        start_psn=r["connection", c, "start_psn"],
+                                        **place(c, "requester"), **place(c, "responder"))
+                conns.append(conn)
+            new_keys = {("data", conn.requester_ip, conn.responder_qpn) for conn in conns} | \
+                       {("ack", conn.responder_ip, conn.requester_qpn) for conn in conns}
+            if len(new_keys) != 2 * len(conns) or new_keys & keys:
+                raise ValueError("a connection key in use")
+        except ValueError:
+            continue
+        jobs.append(job)
+        connections += conns
+        keys |= new_keys
+    return SwitchConfig(mac=r["switch", 0, "mac"], ip=r["switch", 0, "ip"], control_port=r["switch", 0, "control_port"],
+                        ports=ports, forwarding=forwarding, default_port=default_port if default_port < ports else 0,
+                        max_frame=build["max_frame"], jobs=jobs, connections=connections)
