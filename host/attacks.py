@@ -29,11 +29,14 @@ every worker holding the exact sum):
 - :func:`short_credit_requests`: ``drop_control`` for each; no CREDIT answers them.
 - message numbers across 2^32: ``build_allreduce(start_msg=NEAR_WRAP)``; with :func:`greedy_worker`
   the window check is tried across the wrap (``drop_no_credit``).
+- :func:`forged_management`: ``management_refused`` for a request from anyone but the manager's place,
+  ``management_bad`` for a malformed one in the manager's name; no register changes, nothing is answered.
 """
 
 import numpy as np
 
 from netreduce.host.icrc import ipv4_checksum
+from netreduce.host.management import ManagementMessage, build_management_frame
 from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame, ip_to_int, mac_to_int
 from netreduce.host.worker import HostAddress
 from netreduce.sim.fp import from_float64, get_format
@@ -46,10 +49,12 @@ from netreduce.wire import (
     ROCE_UDP_PORT,
     AethSyndrome,
     ControlType,
+    ManagementOp,
 )
 
 __all__ = ["attacker", "NEAR_WRAP", "spoofed_contributions", "forged_acks", "acks_ahead",
-           "forged_retransmissions", "forged_credits", "short_credit_requests", "greedy_worker"]
+           "forged_retransmissions", "forged_credits", "short_credit_requests", "greedy_worker",
+           "forged_management"]
 
 NEAR_WRAP = MSG_SEQ_MODULUS - 3         # a job's first msg_seq three messages before 2^32
 _ACKNOWLEDGE = 0x11
@@ -245,6 +250,38 @@ def short_credit_requests(network, *, job=0, worker=0, every_ns=5_000, udp_paylo
 
     def send():
         host.send(frame, network.now)
+
+    _every(network, every_ns, send)
+
+
+# --- the in-band control plane -----------------------------------------------------------------------------
+
+def forged_management(network, address, *, attacker=0, every_ns=7_000, forge=True, malformed=True):
+    """Management requests to the switch of ``address`` (a ``netreduce.wire.ManagementAddress``) from attacker
+    ``attacker``, every ``every_ns``, each a write that would turn forwarding entry 0 off: one from the
+    attacker's own addresses; with ``forge``, one with the manager's MAC, IPv4 address and UDP port (send it
+    from a port that is not the manager's); with ``malformed``, one in the manager's name with a version the
+    switch does not speak.
+
+    Contract: ``management_refused`` for a request from anyone but the manager's place (its port, when the
+    address names one), ``management_bad`` for a malformed one from there; no register changes, no reply
+    ("In-band control plane")."""
+    from netreduce.registers import address as register_address
+    host = _attacker(network, attacker)
+    message = ManagementMessage(ManagementOp.WRITE, 0x0BAD, register_address("forwarding", 0, "enable"), 0)
+    forged = build_management_frame(message, address)
+    own = bytearray(forged)
+    own[6:12] = host.address.mac.to_bytes(6, "big")
+    own[26:30] = ip_to_int(host.address.ip).to_bytes(4, "big")
+    own[24:26] = bytes(2)
+    own[24:26] = ipv4_checksum(own[14:34]).to_bytes(2, "big")
+    bad = bytearray(forged)
+    bad[44] = 9
+    frames = [bytes(own)] + ([forged] if forge else []) + ([bytes(bad)] if malformed else [])
+
+    def send():
+        for frame in frames:
+            host.send(frame, network.now)
 
     _every(network, every_ns, send)
 

@@ -1,13 +1,14 @@
 """Several Ethernet ports on one frame pipeline: a frame arbiter in front, a frame router behind.
 
-``FrameArbiter(width, ports)``: ``i[p]`` (``ports`` frame streams, ``hw.stream.FrameBeat``) into one
-``o``, a whole frame at a time: a port that holds the stream keeps it until its frame's ``last`` beat;
-between frames the next port with a valid beat is taken, round robin from the port after the last
+``FrameArbiter(width, ports, beat=None, frame_ports=True)``: ``i[p]`` (``ports`` frame streams of ``beat``,
+as for the router) into one ``o``, a whole frame at a time: a port that holds the stream keeps it until its
+frame's ``last`` beat; between frames the next port with a valid beat is taken, round robin from the port after the last
 one served, so that no port starves. The chosen port's beat goes through in the same clock (no added
 latency, one beat per clock); ``port`` shows the port of the beat on ``o``, and ``frame_port`` gives
 the port of each frame, one entry per frame in the order of ``o`` (for its header's connection match,
 which comes after the frame's first beat): with P > 1 a FIFO of ``FRAME_PORTS_DEPTH`` written at each
-first beat (a frame waits to start while it is full), with P = 1 always 0.
+first beat (a frame waits to start while it is full), with P = 1 always 0; with ``frame_ports`` false there
+is no such FIFO and ``frame_port`` is never valid (a merge of frame streams needs only ``port``).
 
 ``FrameRouter(width, ports, beat=None)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's
 first beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of
@@ -36,11 +37,12 @@ def check_ports(ports):
 
 
 class FrameArbiter(wiring.Component):
-    def __init__(self, width, ports):
-        self.width, self.ports = width, check_ports(ports)
+    def __init__(self, width, ports, beat=None, frame_ports=True):
+        self.width, self.ports, self.frame_ports = width, check_ports(ports), frame_ports
+        signature = frame_stream(width) if beat is None else stream.Signature(beat)
         super().__init__({
-            "i": In(frame_stream(width)).array(ports),
-            "o": Out(frame_stream(width)),
+            "i": In(signature).array(ports),
+            "o": Out(signature),
             "port": Out(range(ports)),
             "frame_port": Out(stream.Signature(max(1, ceil_log2(ports)))),
         })
@@ -60,7 +62,7 @@ class FrameArbiter(wiring.Component):
                     with m.If((after == start) & self.i[(start + offset) % P].valid):
                         m.d.comb += chosen.eq((start + offset) % P)
         # a frame starts only while its port can be noted
-        if P > 1:
+        if P > 1 and self.frame_ports:
             m.submodules.frame_ports = frame_ports = SyncFIFOBuffered(width=len(self.frame_port.payload),
                                                                       depth=FRAME_PORTS_DEPTH)
             may_go = holding | frame_ports.w_rdy
@@ -69,7 +71,7 @@ class FrameArbiter(wiring.Component):
                          frame_ports.r_en.eq(self.frame_port.ready)]
         else:
             may_go = Const(1)
-            m.d.comb += [self.frame_port.valid.eq(1), self.frame_port.payload.eq(0)]
+            m.d.comb += [self.frame_port.valid.eq(self.frame_ports), self.frame_port.payload.eq(0)]
         for p in range(P):
             with m.If(chosen == p):
                 m.d.comb += [self.o.valid.eq(self.i[p].valid & may_go), self.o.payload.eq(self.i[p].payload),

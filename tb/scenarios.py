@@ -2,20 +2,32 @@
 (tests/test_tb_switch.py, benchmarks/bench_sim.py): each build is one Verilator build, reused by every
 scenario replayed into it."""
 
+import dataclasses
 import pickle
 
+from ..host.management import Manager, management_address
 from ..host.network import ModelEngine, build_allreduce
 from ..hw.switch import NetReduceSwitch
+from ..registers import switch_config_writes
+from ..sim.switch_model import SwitchModel
+from ..wire import ManagementOp
 from .harness import run_switch
 
-__all__ = ["SWITCH_BUILDS", "record", "switch_of", "replay"]
+__all__ = ["SWITCH_BUILDS", "MANAGEMENT", "record", "record_in_band", "switch_of", "replay"]
+
+# the in-band control plane of the builds that have one: the switch's management address and its manager,
+# on the build's last port
+MANAGEMENT = management_address(switch_mac="02:4e:52:00:00:fe", switch_ip="10.0.255.254",
+                                manager_mac="02:00:00:00:99:01", manager_ip="10.0.99.1", manager_port=5000)
 
 # binary32 at 64 bits (8 workers, 2 jobs, 2 ports) and at 512 bits (4 workers, 2 jobs, 1 port), bfloat16
 # and binary16 at 64 bits (1 port); every build has room for a 4096-byte MTU (each job's MTU is a
 # control register), 4-packet messages and a window of 4 messages
 SWITCH_BUILDS = {
-    "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32", ports=2),
-    "fp32x512": dict(width=512, workers=4, jobs=2, dtype="fp32"),
+    "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32", ports=2,
+                    management=dataclasses.replace(MANAGEMENT, manager_ingress=1)),
+    "fp32x512": dict(width=512, workers=4, jobs=2, dtype="fp32", management=dataclasses.replace(MANAGEMENT,
+                                                                                                manager_ingress=0)),
     "bf16x64": dict(width=64, workers=4, jobs=1, dtype="bf16"),
     "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16"),
 }
@@ -31,6 +43,36 @@ def record(setup=None, **kwargs):
         setup(network)
     status = network.run(time_limit_ns=10**10)
     return {"status": status, **network.engine.recording()}
+
+
+def record_in_band(build, reads=(), setup=None, **kwargs):
+    """:func:`record`, with the switch of ``build`` leaving reset and configured by its manager through
+    management packets (on its last port), each request sent once the reply to the one before has left (a
+    write takes effect before its reply: docs "In-band control plane"), the all-reduce's frames after the last
+    reply; once the run is over, the manager reads the registers at ``reads``."""
+    switch = switch_of(build)
+    switch._MustUse__silence = True             # described, not built
+    params, management = switch.parameters, switch.management
+    manager, port = Manager(management), management.manager_ingress
+
+    def engine(config):
+        recorder = ModelEngine(config, record=True)
+        recorder.model = SwitchModel.managed(params, management)
+        for index, (word_address, word) in enumerate(switch_config_writes(config, params["workers"])):
+            recorder.inject(port, manager.request(ManagementOp.WRITE, word_address, word)[1], 0, after=index)
+        return recorder
+    network, _, _ = build_allreduce(engine=engine, message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS,
+                                    **kwargs)
+    recorder = network.engine
+    replies = len(recorder.inputs)
+    if setup is not None:
+        setup(network)
+    status = network.run(time_limit_ns=10**10)
+    recorder.after[replies:] = [after + replies for after in recorder.after[replies:]]   # the replies left first
+    for word_address in reads:
+        recorder.inject(port, manager.request(ManagementOp.READ, word_address)[1], network.now,
+                        after=sum(map(len, recorder.outputs)))
+    return {"status": status, "in_band": True, **recorder.recording()}
 
 
 def switch_of(build, max_frame=9216):

@@ -213,7 +213,8 @@ class Replay:
         params = self.params
         await self.bench.start(idle=params.get("idle", 0.0), backpressure=params.get("backpressure", 0.0),
                                seed=params.get("seed", 0))
-        await self.registers.configure(self.scenario["config"], params["workers"], params["forwarding_entries"])
+        if not self.scenario.get("in_band"):        # else its first frames configure the switch
+            await self.registers.configure(self.scenario["config"], params["workers"], params["forwarding_entries"])
         await FallingEdge(self.dut.clk)
 
     async def play(self):

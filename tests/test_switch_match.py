@@ -1,13 +1,15 @@
 """amaranth.sim unit test of hw/switch/match.py (``ConnectionMatch``) against the golden model: every frame
 of a table of cases (bound ACKs and data frames of every connection, each with one thing of its binding
-wrong; the switch's own addresses; control packets to the switch and to a host; unregistered traffic) is
-classified by the RTL and by ``SwitchModel`` (rules 2 to 5 of "Switch behaviour, per received frame"),
-with the headers and their ports offered with random idle clocks and taken with random backpressure."""
+wrong; the switch's own addresses; control packets to the switch and to a host; management requests from
+the manager's place and from elsewhere; unregistered traffic) is classified by the RTL and by
+``SwitchModel`` (rules 2 to 5 of "Switch behaviour, per received frame"), with the headers and their ports
+offered with random idle clocks and taken with random backpressure."""
 
 import random
 
 from amaranth.sim import Simulator
 
+from netreduce.host.management import ManagementMessage, build_management_frame, management_address
 from netreduce.host.packets import build_ack, build_roce_frame
 from netreduce.host.protocol import ControlMessage, build_control_frame, ip_to_int, mac_to_int
 from netreduce.hw.stream import ParsedHeader
@@ -16,9 +18,14 @@ from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddre
 from netreduce.registers import vlan_word
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
-from netreduce.wire import ControlType
+from netreduce.wire import ControlType, ManagementOp
 
 JOBS, WORKERS, PORTS = 2, 3, 2
+MANAGEMENT = management_address(switch_mac="02:4e:52:00:00:fe", switch_ip="10.0.255.254",
+                                manager_mac="02:00:00:00:99:01", manager_ip="10.0.99.1", manager_port=5000,
+                                manager_ingress=1)
+# what the golden model's register file needs of the build
+BUILD = {"jobs": JOBS, "workers": WORKERS, "ports": PORTS, "forwarding_entries": 4, "mtu": 1024}
 WRITE_ONLY = 0x0A
 
 
@@ -91,18 +98,34 @@ def cases(cfg, rng):
     out.append((1, build_control_frame(credit, src_mac=stranger["mac"], dst_mac=req["mac"], src_ip=cfg.ip,
                                        dst_ip=req["ip"])))                                       # forged CREDIT
     out.append((0, bytes.fromhex("ffffffffffff") + bytes(6) + b"\x08\x06" + bytes(46)))     # ARP-like
+    request = build_management_frame(ManagementMessage(ManagementOp.READ, 1, 0x200), MANAGEMENT)
+
+    def changed(frame, at, value):
+        return frame[:at] + value + frame[at + len(value):]
+    out += [(1, request), (0, request),                                                 # the manager's port, another
+            (1, changed(request, 6, bytes(5) + b"\x07")),                               # another MAC
+            (1, changed(request, 26, bytes([10, 0, 99, 2]))),                           # another IPv4 (no checksum)
+            (1, changed(request, 34, (5001).to_bytes(2, "big"))),                       # another UDP port
+            (1, request[:12] + bytes([0x81, 0, 0, 5]) + request[12:]),                  # tagged
+            (1, changed(request, 36, (4794).to_bytes(2, "big"))),                       # another UDP port to: none
+            (1, changed(request, 0, bytes(5) + b"\x09")),                               # another MAC to: none
+            (1, changed(request, 6, mac_to_int(cfg.mac).to_bytes(6, "big")))]           # the switch's MAC: spoofed
     rng.shuffle(out)
     return out
 
 
 def model_class(cfg, port, frame):
     """What the golden model does with the frame, as the match's classes."""
-    model = SwitchModel(cfg)
+    model = SwitchModel(cfg, management=MANAGEMENT, build=BUILD)
     model.receive(port, frame)
     c = model.counters
     h = parse_frame(frame).header
     if c["drop_spoofed"]:
         return "spoofed"
+    if c["management_requests"] or c["management_bad"]:
+        return "management"
+    if c["management_refused"]:
+        return "refused"
     if c["drop_control"] or c["credit_requests"]:
         return "control" if h["ip_dst"] == ip_to_int(cfg.ip) else "stray"
     if c["acks_seen"]:
@@ -129,7 +152,7 @@ def test_match_agrees_with_the_model():
     rng = random.Random(5)
     cfg = config()
     frames = cases(cfg, rng)
-    dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS)
+    dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS, management=MANAGEMENT)
     headers = [parse_frame(frame).header for _, frame in frames]
     seen = []
 
@@ -175,10 +198,10 @@ def test_match_agrees_with_the_model():
         kind = model_class(cfg, port, frame)
         kinds.append(kind)
         match = out.match
-        got = [k for k in ("spoofed", "control", "stray", "ack", "data") if getattr(match, k)]
+        got = [k for k in ("spoofed", "control", "stray", "ack", "data", "management", "refused") if getattr(match, k)]
         assert got == ([] if kind == "none" else [kind]), (port, header, kind, got)
         assert match.port == port and out.header.bth_psn == header["bth_psn"]
         if kind in ("ack", "data"):
             assert match.conn == connection_index(cfg, header, kind)
-    for kind in ("spoofed", "control", "stray", "ack", "data", "none"):
+    for kind in ("spoofed", "control", "stray", "ack", "data", "management", "refused", "none"):
         assert kind in kinds, kind       # the table reaches every class

@@ -21,9 +21,10 @@ from netreduce.host.faults import FaultSpec
 from netreduce.host.network import build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
+from netreduce.registers import address, counter_address
 from netreduce.sim.fp import tree_sum
 from netreduce.tb import scenarios
-from netreduce.tb.scenarios import record
+from netreduce.tb.scenarios import record, record_in_band, switch_of
 from netreduce.wire import RC_WRITE_OPCODES
 
 pytestmark = pytest.mark.slow(minutes=3)
@@ -238,3 +239,30 @@ def test_simulate_closed_loop_on_the_rtl(tmp_path):
         expected = tree_sum("fp32", inputs).astype(np.uint32)
         for w in range(8):
             np.testing.assert_array_equal(arrays[f"job{job}_worker{w}_result"].view(np.uint32), expected)
+
+
+@pytest.mark.parametrize("build", ["fp32x64", "fp32x512"])
+def test_configured_in_band(tmp_path, build):
+    """The switch leaves reset knowing only its management address (docs: "In-band control plane"): its
+    manager loads the configuration through management packets, one reply at a time; the all-reduce runs
+    with an attacker sending management requests of its own and, at 64 bits, from the other port, in the
+    manager's name; at 512 bits, from the manager's port, malformed ones in the manager's name; the manager
+    then reads counters and a configuration word. Every frame, the replies included, and every counter equal
+    to the model's."""
+    switch = switch_of(build)
+    switch._MustUse__silence = True             # described, not built
+    ports, width = switch.ports, switch.width
+    reads = [counter_address(name) for name in ("frames_in", "aggregated", "management_refused", "management_bad")]
+    reads.append(address("job", 0, "id"))
+    scenario = record_in_band(build, reads=reads, workers=3, jobs=2, ports=ports, width=width, nbytes=6000, mtu=512,
+                              extra_hosts=[attacker(0)], seed=21,
+                              setup=functools.partial(attacks.forged_management, address=switch.management,
+                                                      forge=ports > 1, malformed=True))
+    assert scenario["status"] == "done"
+    counters = scenario["counters"]
+    assert counters["management_refused"] > 0 and counters["aggregated"] > 0
+    assert (counters["management_bad"] > 0) == (ports == 1)
+    replies = [frame for port, frame in sum(scenario["outputs"], []) if port == switch.management.manager_ingress
+               and frame[:6] == switch.management.manager_mac.to_bytes(6, "big")]
+    assert len(replies) == counters["management_requests"] > len(reads)
+    replay(tmp_path, scenario, build, idle=0.05, backpressure=0.1, seed=21)

@@ -11,6 +11,10 @@ headers arrive, ahead of the monitor:
 - ``control``: IPv4 UDP, not RoCE, to the control port and the switch's address (rule 3); ``stray``: the
   same to any other address (dropped: control traffic flows only between the switch and hosts);
 - ``ack``, ``data``: a bound ACK, a bound frame of the data key, with ``conn`` its connection (c = j N + w);
+- ``management``: IPv4 UDP, not RoCE, to the management port of the management address fixed at build time
+  (``management``, a ``netreduce.wire.ManagementAddress``), from the manager (its MAC, IPv4 address and UDP
+  port, untagged, and on its port if the address names one); ``refused``: the same to the management
+  address from anyone else (dropped and counted);
 - none of these: unregistered traffic, forwarded.
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
@@ -24,6 +28,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ...wire import MANAGEMENT_PORT
 from ..stream import ParsedHeader
 from .registers import ConnectionEntry, JobEntry, SwitchAddress, vlan_of
 
@@ -34,16 +39,18 @@ _ACKNOWLEDGE = 0x11
 
 def match_layout(connections, ports):
     return data.StructLayout({"conn": max(1, ceil_log2(connections)), "ack": 1, "data": 1, "control": 1,
-                              "spoofed": 1, "stray": 1, "port": max(1, ceil_log2(ports))})
+                              "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
+                              "port": max(1, ceil_log2(ports))})
 
 
 class ConnectionMatch(wiring.Component):
-    """``ConnectionMatch(*, jobs, workers, ports, depth=4)``. Ports: ``header`` (the parser's header
+    """``ConnectionMatch(*, jobs, workers, ports, depth=4, management=None)``. Ports: ``header`` (the parser's header
     records) and ``port`` (the ingress port of each frame, in the same order) in; ``o`` (``header``,
     ``match``) out; ``switch``, ``jobs``, ``connections``: the configuration (``SwitchRegisters``)."""
 
-    def __init__(self, *, jobs, workers, ports, depth=4):
+    def __init__(self, *, jobs, workers, ports, depth=4, management=None):
         self.jobs_count, self.workers, self.ports, self.depth = jobs, workers, ports, depth
+        self.management = management
         self.connections_count = jobs * workers
         self.Match = match_layout(self.connections_count, ports)
         self.Matched = data.StructLayout({"header": ParsedHeader, "match": self.Match})
@@ -80,7 +87,8 @@ class ConnectionMatch(wiring.Component):
         conns = [self.connections[c] for c in range(C)]
         Compared = data.StructLayout({
             "valid": 1, "header": ParsedHeader, "port": len(port), "data_key": C, "ack_key": C, "data_bound": C,
-            "ack_bound": C, "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1})
+            "ack_bound": C, "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
+            "to_management": 1, "from_manager": 1})
         compared, now = Signal(Compared), Signal(Compared)
         m.d.comb += [
             now.header.eq(h), now.port.eq(port),
@@ -95,6 +103,16 @@ class ConnectionMatch(wiring.Component):
             now.to_control_port.eq(ipv4 & ~h.roce & (h.ip_proto == 17) & (h.udp_dport == sw.control_port)),
             now.to_switch.eq(ip_dst == sw.ip),
         ]
+        udp4 = ipv4 & ~h.roce & (h.ip_proto == 17)
+        mg = self.management
+        if mg is not None:
+            m.d.comb += [
+                now.to_management.eq(udp4 & (h.udp_dport == MANAGEMENT_PORT) & (h.eth_dst == mg.switch_mac)
+                                     & (ip_dst == mg.switch_ip)),
+                now.from_manager.eq((h.eth_src == mg.manager_mac) & (ip_src == mg.manager_ip)
+                                    & (h.udp_sport == mg.manager_port) & ~h.vlan_valid
+                                    & (port == mg.manager_ingress if mg.manager_ingress is not None else 1)),
+            ]
         both = self.header.valid & self.port.valid
         advance = ~compared.valid | queue.w_rdy
         m.d.comb += [self.header.ready.eq(self.port.valid & advance), self.port.ready.eq(self.header.valid & advance)]
@@ -109,12 +127,15 @@ class ConnectionMatch(wiring.Component):
             with m.If(Mux(is_ack, compared.ack_key[c], compared.data_key[c])):
                 m.d.comb += [match.conn.eq(c),
                              bound.eq(Mux(is_ack, compared.ack_bound[c], compared.data_bound[c]))]
-        own, to_control_port = compared.own, compared.to_control_port
+        own, to_management = compared.own, compared.to_management
+        to_control_port = compared.to_control_port & ~to_management
         m.d.comb += [
             match.ack.eq(is_ack & bound & ~own),
             match.data.eq(is_data & bound & ~own),
             match.control.eq(to_control_port & compared.to_switch & ~own),
             match.stray.eq(to_control_port & ~compared.to_switch & ~own),
+            match.management.eq(to_management & compared.from_manager & ~own),
+            match.refused.eq(to_management & ~compared.from_manager & ~own),
             match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
             match.port.eq(compared.port),
             queue.w_data.eq(Cat(compared.header.as_value(), match)),

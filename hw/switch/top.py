@@ -45,6 +45,8 @@ Control registers (``csr``): ``registers.SwitchRegisters``, the map of ``netredu
 (docs/ARCHITECTURE.md, "Switch RTL", has the table).
 """
 
+import dataclasses
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -68,9 +70,13 @@ from ...wire import (
     GAP_PSN_SHIFT,
     ICRC_BYTES,
     IPV4_HEADER,
+    MANAGEMENT_MAGIC,
+    MANAGEMENT_VERSION,
     MAX_HEADER_BYTES,
     UDP_HEADER,
     ControlType,
+    ManagementAddress,
+    ManagementOp,
     header_bytes,
 )
 from ..csr import csr_signature
@@ -81,6 +87,7 @@ from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
 from ..stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
+from .management import ManagementAgent
 from .match import ConnectionMatch
 from .registers import SwitchRegisters, fields_of, vlan_of
 
@@ -124,6 +131,8 @@ class NetReduceSwitch(wiring.Component):
       (``hw.egress.EgressQueues``, MLT's priority queues and drops by class), whose buffer must hold the
       longest frame the switch sends (``max_frame`` plus the longest RoCE headers and ICRC);
       ``egress_weighted``: build its deficit round robin too (else strict priority only).
+    - ``management``: a ``netreduce.wire.ManagementAddress``, the in-band control plane (``ManagementAgent``
+      answers its manager's requests; docs "In-band control plane"), or None (registers through ``csr`` only).
 
     Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
     tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``.
@@ -131,7 +140,7 @@ class NetReduceSwitch(wiring.Component):
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
                  message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
-                 egress_buffer=16384, egress_weighted=False):
+                 egress_buffer=16384, egress_weighted=False, management=None):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
@@ -161,6 +170,13 @@ class NetReduceSwitch(wiring.Component):
         if not isinstance(egress_weighted, bool):
             raise ValueError(f"egress_weighted must be True or False, not {egress_weighted!r}")
         self.egress_queues, self.egress_buffer, self.egress_weighted = egress_queues, egress_buffer, egress_weighted
+        if management is not None:
+            if not isinstance(management, ManagementAddress):
+                raise ValueError(f"management must be a ManagementAddress or None, not {management!r}")
+            if management.manager_ingress is not None and management.manager_ingress >= self.ports:
+                raise ValueError(f"management: the manager's port {management.manager_ingress} is not one of the "
+                                 f"{self.ports} ports")
+        self.management = management
         # the longest frame the switch takes or sends: a RoCE frame whose payload stream is max_frame bytes
         self.longest_frame = max_frame + MAX_HEADER_BYTES + ICRC_BYTES
         self.egress_geometry = dict(queues=egress_queues, depth_beats=egress_buffer // self.beat_bytes,
@@ -189,7 +205,8 @@ class NetReduceSwitch(wiring.Component):
                 "message_slots": self.message_slots, "max_frame": self.max_frame,
                 "adder_stages": self.adder_stages, "ports": self.ports,
                 "forwarding_entries": self.forwarding_entries, "egress_queues": self.egress_queues,
-                "egress_buffer": self.egress_buffer, "egress_weighted": self.egress_weighted}
+                "egress_buffer": self.egress_buffer, "egress_weighted": self.egress_weighted,
+                "management": None if self.management is None else dataclasses.asdict(self.management)}
 
     def elaborate(self, platform):
         m = Module()
@@ -227,13 +244,32 @@ class NetReduceSwitch(wiring.Component):
             frames_to_axis(m, stage.o, self.m_axis[p])
         wiring.connect(m, arbiter.o, parser.i)
         wiring.connect(m, deparser.o, class_join.i)
-        wiring.connect(m, class_join.o, router.i)
+        replies_sent = Signal()         # a management reply started (frames_out)
+        if self.management is not None:
+            # the agent's replies join the frames out of the deparser, whole frames at a time, and leave by the
+            # port their request came in on
+            m.submodules.management = agent = ManagementAgent(W, self.management, self.ports)
+            m.submodules.replies = replies = FrameArbiter(W, 2, beat=EgressBeat(W), frame_ports=False)
+            wiring.connect(m, class_join.o, replies.i[0])
+            wiring.connect(m, agent.o, replies.i[1])
+            wiring.connect(m, replies.o, router.i)
+            m.d.comb += replies_sent.eq(agent.sent)
+        else:
+            wiring.connect(m, class_join.o, router.i)
 
         # --- configuration (SwitchRegisters) and state ---------------------------------------------------------
         m.submodules.registers = regs = SwitchRegisters(jobs=J, workers=N, forwarding_entries=self.forwarding_entries,
                                                         mtu=self.mtu, increment_bits=(N + 1).bit_length(),
                                                         egress=egress[0], ports=self.ports)
-        wiring.connect(m, wiring.flipped(self.csr), regs.csr)
+        if self.management is None:
+            wiring.connect(m, wiring.flipped(self.csr), regs.csr)
+        else:
+            # the agent takes the register port for the clock of its operation
+            owns = agent.owns_csr
+            m.d.comb += [regs.csr.addr.eq(Mux(owns, agent.csr.addr, self.csr.addr)),
+                         regs.csr.wdata.eq(Mux(owns, agent.csr.wdata, self.csr.wdata)),
+                         regs.csr.we.eq(Mux(owns, agent.csr.we, self.csr.we)),
+                         self.csr.rdata.eq(regs.csr.rdata), agent.csr.rdata.eq(regs.csr.rdata)]
         for p, stage in enumerate(egress):
             m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
             m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
@@ -253,6 +289,9 @@ class NetReduceSwitch(wiring.Component):
             entry = regs.forwarding[e]
             with m.If(entry.valid & (entry.mac == destination_mac)):
                 m.d.comb += router.destination.eq(entry.port)
+        if self.management is not None:
+            with m.If(replies.port == 1):
+                m.d.comb += router.destination.eq(agent.port)
         job_valid, job_id = field(regs.jobs, J, "valid"), field(regs.jobs, J, "id")
         job_n, job_mtu = field(regs.jobs, J, "workers"), field(regs.jobs, J, "mtu")
         job_start_msg = field(regs.jobs, J, "start_msg")
@@ -350,7 +389,7 @@ class NetReduceSwitch(wiring.Component):
         # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
         # The match reads only configuration (written before traffic), never state, so it runs as the headers
         # arrive (with their ingress ports), and the monitor takes header and match from its queue.
-        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports)
+        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management)
         wiring.connect(m, parser.hdr, match.header)
         wiring.connect(m, arbiter.frame_port, match.port)
         m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections)]
@@ -359,7 +398,7 @@ class NetReduceSwitch(wiring.Component):
         # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
         h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
         Plan = data.StructLayout({
-            "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1,
+            "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
             "conn": conn_bits, "job": job_bits, "worker": worker_bits,
             "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
             "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
@@ -471,6 +510,8 @@ class NetReduceSwitch(wiring.Component):
         stateless_plan, taking = Signal(Plan), match.o.payload
         m.d.comb += [stateless_plan.control.eq(taking.match.control),
                      stateless_plan.spoofed.eq(taking.match.spoofed), stateless_plan.stray.eq(taking.match.stray),
+                     stateless_plan.management.eq(taking.match.management),
+                     stateless_plan.refused.eq(taking.match.refused),
                      stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
@@ -490,7 +531,7 @@ class NetReduceSwitch(wiring.Component):
         # the path of the payload while it streams
         forwarding, contributing = Signal(), Signal()
         m.d.comb += [
-            forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray
+            forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
                           & (plan.plain | plan.ack | ~plan.data | ~plan.write_op | plan.gap
                              | (plan.in_seq & ~plan.seq_ok) | (plan.behind & ~plan.dup_found))),
             contributing.eq(~plan.control & ~plan.plain & plan.data & plan.write_op & plan.in_seq
@@ -590,8 +631,27 @@ class NetReduceSwitch(wiring.Component):
                                & (req_mac[request_conn] == h.eth_src) & (req_port[request_conn] == hm.port)
                                & (req_vlan[request_conn] == vlan_of(h)))
 
+        # a management request from the manager (the match has checked its addresses: untagged, so the UDP
+        # payload follows 42 bytes), checked in MANAGEMENT from the frame as kept; the agent applies it
+        managing = Signal()         # the monitor is in MANAGEMENT
+        management_ok = Signal()
+        management_op = _big_endian(kept_byte, 45, 1)
+        m.d.comb += management_ok.eq((stream_bytes >= 54) & (h.udp_len >= 8 + 12)
+                                     & (_big_endian(kept_byte, 42, 2) == MANAGEMENT_MAGIC)
+                                     & (_big_endian(kept_byte, 44, 1) == MANAGEMENT_VERSION)
+                                     & ((management_op == ManagementOp.WRITE) | (management_op == ManagementOp.READ)))
+        if self.management is not None:
+            operation = agent.request.payload
+            m.d.comb += [operation.write.eq(management_op == ManagementOp.WRITE),
+                         operation.sequence.eq(_big_endian(kept_byte, 46, 2)),
+                         operation.address.eq(_big_endian(kept_byte, 48, 2)),
+                         operation.value.eq(_big_endian(kept_byte, 50, 4)), operation.port.eq(hm.port)]
+            agent_ready = agent.request.ready
+        else:
+            agent_ready = Const(1)
+
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK")
+        OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK", "MANAGE")
         OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
         R = {name: i for i, name in enumerate(COUNTERS)}
 
@@ -613,6 +673,10 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += decide("DROP", "drop_spoofed")
             with m.Elif(plan.stray):
                 m.d.comb += decide("DROP", "drop_control")
+            with m.Elif(plan.refused):
+                m.d.comb += decide("DROP", "management_refused")
+            with m.Elif(plan.management):       # decided in MANAGEMENT (``managing``)
+                m.d.comb += decide("DROP", "management_bad")
             with m.Elif(plan.control):
                 m.d.comb += outcome_.eq(OUTCOME["CHECK"])
             with m.Elif(plan.plain):
@@ -650,7 +714,7 @@ class NetReduceSwitch(wiring.Component):
         by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
         intended = Signal(range(len(OUTCOMES)))
-        m.d.comb += intended.eq(Mux(checking, OUTCOME["CREDIT"], by_facts[0b11][0]))
+        m.d.comb += intended.eq(Mux(managing, OUTCOME["MANAGE"], Mux(checking, OUTCOME["CREDIT"], by_facts[0b11][0])))
         # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
         # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
         size_ok = ~oversize & ~too_long
@@ -659,6 +723,7 @@ class NetReduceSwitch(wiring.Component):
             "DUPLICATE": ~bad & ends_at_length,
             "CONTRIBUTE": ~bad & ends_at_length & (agg_ok | ~plan.first),
             "CREDIT": request_valid & ~oversize,
+            "MANAGE": management_ok & ~oversize,
         }
 
         def happens(*kinds):
@@ -666,14 +731,17 @@ class NetReduceSwitch(wiring.Component):
             return Cat(*[(intended == OUTCOME[kind]) & needs[kind] for kind in kinds]).any()
 
         # The reason each frame is counted under, a clock after its commit, from what the commit registered.
-        Settled = data.StructLayout({"checking": 1, "request_valid": 1, "bad": 1, "icrc_ok": 1, "oversize": 1,
+        Settled = data.StructLayout({"checking": 1, "request_valid": 1, "managing": 1, "management_ok": 1,
+                                     "bad": 1, "icrc_ok": 1, "oversize": 1,
                                      "facts": 2, "reasons": 4 * len(by_facts[0][1])})
         settled, settling = Signal(Settled), Signal()
         settled_now = Signal(Settled)
         m.d.comb += [
             settled_now.checking.eq(checking), settled_now.request_valid.eq(request_valid),
+            settled_now.managing.eq(managing), settled_now.management_ok.eq(management_ok),
             settled_now.bad.eq(bad), settled_now.icrc_ok.eq(verdict[0]),
-            settled_now.oversize.eq(Mux(checking, oversize, oversize | too_long)),     # CONTROL: all registered
+            # CONTROL and MANAGEMENT: all registered
+            settled_now.oversize.eq(Mux(checking | managing, oversize, oversize | too_long)),
             settled_now.facts.eq(Cat(ends_at_length, agg_ok)),
             settled_now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
         ]
@@ -682,6 +750,9 @@ class NetReduceSwitch(wiring.Component):
         with m.If(settled.checking):
             m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
                                            Mux(settled.request_valid, R["credit_requests"], R["drop_control"])))
+        with m.Elif(settled.managing):
+            m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
+                                           Mux(settled.management_ok, R["management_requests"], R["management_bad"])))
         with m.Elif(settled.bad):
             m.d.comb += drop_reason.eq(Mux(settled.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
         with m.Elif(settled.oversize):
@@ -779,6 +850,9 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(happens("CREDIT")):
                     m.d.comb += descriptors.w_en.eq(1)
                     count("credits_sent")
+                if self.management is not None:
+                    with m.If(happens("MANAGE")):
+                        m.d.comb += agent.request.valid.eq(1)
                 with m.If(happens("ACK")):
                     count("acks_seen")
                     with m.If(plan.advance):
@@ -829,6 +903,10 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += checking.eq(1)
                 with m.If(room):
                     commit(0)
+            with m.State("MANAGEMENT"):
+                m.d.comb += managing.eq(1)
+                with m.If(room & agent_ready):
+                    commit(0)
             if read_first:
                 with m.State("LOOKUP_READ"):
                     m.d.sync += view.eq(view_now)
@@ -871,6 +949,8 @@ class NetReduceSwitch(wiring.Component):
                     m.d.comb += write.valid.eq(contributing & (beat_index < Pb))
                     with m.If(beat.last & plan.control):
                         m.next = "CONTROL_PARSE"
+                    with m.Elif(beat.last & plan.management):
+                        m.next = "MANAGEMENT"
                     with m.Elif(beat.last):
                         commit(ring_written)
             with m.State("RELEASE_CHECK"):
@@ -1049,8 +1129,7 @@ class NetReduceSwitch(wiring.Component):
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read), hs_r.addr.eq(h_desc.slot * N + h_worker),
                      payload_jobs.w_data.eq(descriptors.r_data)]
-        with m.If(hdr.valid & hdr.ready):
-            count("frames_out")
+        count("frames_out", (hdr.valid & hdr.ready) + env["replies_sent"])
         h_more = h_worker + 1 < h_desc.workers
         with m.FSM(name="headers"):
             def take():
