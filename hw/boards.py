@@ -14,8 +14,9 @@ The switch's clock must carry every port at once through its one pipeline (docs/
 ``sys_mhz`` is at least 125 / 8 MHz per port (the default: that, times 1.25, rounded up to what the PLL
 makes).
 
-The switch's ``csr`` port is tied off (no write): the in-band control plane that will drive it is not
-built yet (docs/ARCHITECTURE.md, "Boards").
+A board needs nothing but its Ethernet ports: the switch is configured and read through its in-band
+control plane (``management``, a ``netreduce.wire.ManagementAddress``, which a board's switch must have;
+docs/ARCHITECTURE.md, "In-band control plane"), and its ``csr`` port is tied off.
 """
 
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from .csr import csr_signature
 from .ethernet import EthernetPort
 from .rgmii import Rgmii
 from .stream import axis_to_frames, frames_to_axis
@@ -138,6 +138,10 @@ class SwitchOnBoard(Elaboratable):
             self._MustUse__silence = True       # a rejected design is not an unused one
             raise
         self.loopback = loopback
+        if not loopback and switch.get("management") is None:
+            self._MustUse__silence = True
+            raise ValueError("a board's switch is configured in-band only: give it a management address "
+                             "(the manager's MAC and IPv4 address)")
         self.switch = None if loopback else NetReduceSwitch(width=WIDTH, ports=ports, **switch)
         self.max_frame = switch.get("max_frame", 9216) if loopback else self.switch.longest_frame
 
@@ -152,7 +156,7 @@ class SwitchOnBoard(Elaboratable):
         m.d.comb += [ClockSignal("tx").eq(tx_clock), ClockSignal("sync").eq(sys_clock)]
         if not self.loopback:
             m.submodules.switch = switch = self.switch
-            m.d.comb += switch.csr.we.eq(0)
+            m.d.comb += switch.csr.we.eq(0)         # configured in-band
         for p in range(board.ports):
             m.domains += ClockDomain(f"rx{p}")
         for domain in ("tx", "sync") + tuple(f"rx{p}" for p in range(board.ports)):
@@ -189,16 +193,19 @@ def board_constraints(board):
 class SwitchOnGmii(wiring.Component):
     """What ``SwitchOnBoard`` puts between the pins and the switch, for simulation: ``ports`` ports of
     ``EthernetPort`` on GMII (``gmii[p]``: ``rxd``, ``rx_dv``, ``rx_er`` in, ``txd``, ``tx_en``,
-    ``tx_er`` out) around a 64-bit ``NetReduceSwitch`` (built with ``switch``), and its ``csr``. No PLL and
-    no DDR buffers: the clocks and resets of ``sync`` (the switch: Verilog ``clk``, ``rst``), ``tx``
-    (``tx_clk``, ``tx_rst``) and each port's ``rx<p>`` (``rx_clk[p]``, ``rx_rst[p]``) are inputs."""
+    ``tx_er`` out) around a 64-bit ``NetReduceSwitch`` (built with ``switch``, which must name its
+    ``management`` address: its ``csr`` is tied off, as on the board). No PLL and no DDR buffers: the
+    clocks and resets of ``sync`` (the switch: Verilog ``clk``, ``rst``), ``tx`` (``tx_clk``, ``tx_rst``)
+    and each port's ``rx<p>`` (``rx_clk[p]``, ``rx_rst[p]``) are inputs."""
 
     def __init__(self, ports, **switch):
+        if switch.get("management") is None:
+            raise ValueError("the switch on a board is configured in-band only: give it a management address")
         self.switch = NetReduceSwitch(width=WIDTH, ports=ports, **switch)
         self.ports = ports
         gmii = wiring.Signature({"rxd": In(8), "rx_dv": In(1), "rx_er": In(1),
                                  "txd": Out(8), "tx_en": Out(1), "tx_er": Out(1)})
-        super().__init__({"gmii": Out(gmii).array(ports), "csr": In(csr_signature()),
+        super().__init__({"gmii": Out(gmii).array(ports),
                           "tx_clk": In(1), "tx_rst": In(1),
                           "rx_clk": In(1).array(ports), "rx_rst": In(1).array(ports)})
 
@@ -207,7 +214,7 @@ class SwitchOnGmii(wiring.Component):
         m.domains.tx = ClockDomain("tx")
         m.d.comb += [ClockSignal("tx").eq(self.tx_clk), ResetSignal("tx").eq(self.tx_rst)]
         m.submodules.switch = switch = self.switch
-        wiring.connect(m, wiring.flipped(self.csr), switch.csr)
+        m.d.comb += switch.csr.we.eq(0)         # configured in-band
         for p in range(self.ports):
             m.domains += ClockDomain(f"rx{p}")
             m.d.comb += [ClockSignal(f"rx{p}").eq(self.rx_clk[p]), ResetSignal(f"rx{p}").eq(self.rx_rst[p])]

@@ -5,21 +5,26 @@ Launched by tests/test_tb_board.py. Emulated RoCE workers (``netreduce.host.netw
 parameters' faults) run an all-reduce through the generated Verilog: each frame a host sends goes onto
 its port's GMII receive side through ``GmiiSource`` (preamble, FCS) as soon as the PHY is free, and every
 frame the switch sends is taken from the GMII transmit side by ``GmiiSink`` and handed back to the
-network. The switch is configured through ``csr`` (the in-band control plane is not built yet). Passes
-when every worker holds the exact tree sum and every frame out had a right FCS and no ``tx_er``.
+network. The switch is configured as on a board, in-band: its manager (on port ``management.manager_ingress``)
+writes the configuration through management packets, each once the reply to the one before is back. Passes
+when every reply came, every worker holds the exact tree sum and every frame out had a right FCS and no
+``tx_er``.
 """
 
 import json
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, with_timeout
 from cocotbext.eth import GmiiFrame, GmiiSink, GmiiSource
 
 from netreduce.host.faults import FaultSpec
+from netreduce.host.management import Manager
 from netreduce.host.network import build_allreduce
+from netreduce.registers import switch_config_writes
 from netreduce.sim.runner import cocotb_params
-from netreduce.tb.switch_tb import Registers, RtlEngine, results_match, run_network
+from netreduce.tb.switch_tb import RtlEngine, results_match, run_network
+from netreduce.wire import ManagementAddress, ManagementOp
 
 GMII_NS = 8                 # 125 MHz: a byte a clock, 1 Gb/s
 
@@ -49,8 +54,14 @@ async def allreduce_over_gmii(dut):
         workers=params["job_workers"], nbytes=params["bytes"], mtu=params["mtu"], dtype="fp32", jobs=1,
         message_packets=params["message_packets"], message_slots=params["message_slots"], seed=params["seed"],
         faults_up=spec, faults_down=spec, width=64, ports=ports, engine=RtlEngine)
-    registers = Registers(dut)
-    await registers.configure(network.switch_config, params["workers"], params["forwarding_entries"])
+    management = ManagementAddress(**params["management"])
+    manager, port = Manager(management), management.manager_ingress
+    for word_address, word in switch_config_writes(network.switch_config, params["workers"]):
+        sequence, request = manager.request(ManagementOp.WRITE, word_address, word)
+        await sources[port].send(GmiiFrame.from_payload(request))
+        reply = await with_timeout(sinks[port].recv(), 200, "us")
+        assert manager.accept(bytes(reply.get_payload()), sequence) is not None, \
+            f"no reply to the write of {word_address:#06x}"
     bad_fcs = []
 
     async def send(port, frame):

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from netreduce.hw.boards import BOARDS, TX_HZ, SwitchOnBoard, board_constraints, default_sys_mhz, ecp5_pll
+from netreduce.hw.boards import (
+    BOARDS,
+    TX_HZ,
+    SwitchOnBoard,
+    SwitchOnGmii,
+    board_constraints,
+    default_sys_mhz,
+    ecp5_pll,
+)
+from netreduce.tb.scenarios import MANAGEMENT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,6 +46,14 @@ def test_switch_clock_too_slow_for_the_ports_and_unknown_boards():
         SwitchOnBoard("de0-nano", loopback=True)
 
 
+def test_a_board_switch_needs_its_management_address():
+    """Its csr is tied off: without the in-band control plane it could never be configured."""
+    with pytest.raises(ValueError, match="configured in-band only"):
+        SwitchOnBoard("versa-ecp5", workers=2, jobs=1)
+    with pytest.raises(ValueError, match="configured in-band only"):
+        SwitchOnGmii(2, workers=2, jobs=1)
+
+
 @pytest.mark.parametrize("board", sorted(BOARDS))
 def test_constraints_are_the_generated_ones(board):
     """constraints/<board>.lpf is what the build writes: every RGMII pin and clock of the board's ports
@@ -54,7 +71,7 @@ def test_switch_top_elaborates_for_the_versa():
     the LPF) without complaint."""
     spec = BOARDS["versa-ecp5"]
     top = SwitchOnBoard("versa-ecp5", workers=2, jobs=1, mtu=512, message_packets=2, message_slots=2,
-                        max_frame=1024, egress_buffer=4096)
+                        max_frame=1024, egress_buffer=4096, management=MANAGEMENT)
     plan = spec.platform_class()().prepare(top, name="top")
     rtlil = plan.files["top.il"]
     rtlil = rtlil.decode() if isinstance(rtlil, bytes) else rtlil

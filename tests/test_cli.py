@@ -47,7 +47,13 @@ def test_subcommand_help(name):
     ["generate", "--out", "x", "--egress-buffer", "4096"],             # smaller than --max-frame
     ["generate", "--out", "x", "--egress-queues", "17"],
     ["build", "--board", "de0-nano", "--out", "x"],
-    ["build", "--board", "versa-ecp5", "--out", "x", "--sys-mhz", "5"],      # too slow for two ports
+    ["build", "--board", "versa-ecp5", "--out", "x", "--sys-mhz", "5", "--manager-mac", "02:00:00:00:00:09",
+     "--manager-ip", "10.0.0.9"],                                          # too slow for two ports
+    ["build", "--board", "versa-ecp5", "--out", "x"],                       # no manager: never configurable
+    ["generate", "--out", "x", "--manager-mac", "02:00:00:00:00:09"],         # no --manager-ip
+    ["generate", "--out", "x", "--manager-mac", "02:00:00:00:00:09", "--manager-ip", "10.0.0.300"],
+    ["generate", "--out", "x", "--ports", "2", "--manager-mac", "02:00:00:00:00:09", "--manager-ip", "10.0.0.9",
+     "--manager-ingress", "2"],
 ])
 def test_user_errors_are_one_line(tmp_path, args):
     result = subprocess.run([sys.executable, "-m", "netreduce", *args], capture_output=True, text=True,

@@ -68,6 +68,9 @@ def run(args):
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder")
+    if args.manager_mac is None or args.manager_ip is None:
+        raise UserError("a board's switch is configured in-band only: give --manager-mac and --manager-ip "
+                        "(the host that will configure it)")
     env = _tool_environment()
     name = f"netreduce_{args.board.replace('-', '_')}"
     started = time.monotonic()

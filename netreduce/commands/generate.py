@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 from ..cli import UserError
+from ..wire import MANAGEMENT_PORT
 
 __all__ = ["register", "run", "port_manifest", "add_switch_arguments", "switch_arguments"]
 
 TOP_NAME = "netreduce_top"
+DEFAULT_MANAGEMENT = {"switch_mac": "02:4e:52:00:00:fe", "switch_ip": "10.0.255.254"}
 
 
 def register(subparsers):
@@ -44,6 +46,20 @@ def add_switch_arguments(parser, *, ports=True):
                         help="each port's egress buffer, at least --max-frame + 102 (default 16384)")
     parser.add_argument("--egress-weighted", action="store_true",
                         help="build each egress stage's deficit round robin (default: strict priority only)")
+    management = parser.add_argument_group(
+        "in-band control plane", "registers written and read through management packets from one manager "
+        "(docs/ARCHITECTURE.md, 'In-band control plane'); built when --manager-mac and --manager-ip are given")
+    management.add_argument("--manager-mac", metavar="MAC", help="the MAC of the one host that manages the switch")
+    management.add_argument("--manager-ip", metavar="IPV4", help="that host's IPv4 address")
+    management.add_argument("--manager-port", type=int, default=MANAGEMENT_PORT, metavar="UDP",
+                            help=f"its UDP source port (default {MANAGEMENT_PORT})")
+    management.add_argument("--manager-ingress", type=int, default=None, metavar="P",
+                            help="the switch port its requests must arrive on (default: any; name it wherever "
+                                 "another host could forge the manager's addresses)")
+    management.add_argument("--management-mac", default=DEFAULT_MANAGEMENT["switch_mac"], metavar="MAC",
+                            help=f"the switch's management MAC (default {DEFAULT_MANAGEMENT['switch_mac']})")
+    management.add_argument("--management-ip", default=DEFAULT_MANAGEMENT["switch_ip"], metavar="IPV4",
+                            help=f"the switch's management IPv4 address (default {DEFAULT_MANAGEMENT['switch_ip']})")
 
 
 def switch_arguments(args):
@@ -53,7 +69,22 @@ def switch_arguments(args):
                 message_packets=args.message_packets, message_slots=args.message_slots, max_frame=args.max_frame,
                 adder_stages=args.adder_stages, forwarding_entries=args.forwarding_entries,
                 egress_queues=args.egress_queues, egress_buffer=args.egress_buffer,
-                egress_weighted=args.egress_weighted)
+                egress_weighted=args.egress_weighted, management=management_of(args))
+
+
+def management_of(args):
+    """The ``ManagementAddress`` the options give, or None (neither --manager-mac nor --manager-ip)."""
+    from ..host.management import management_address
+    if args.manager_mac is None and args.manager_ip is None:
+        return None
+    if args.manager_mac is None or args.manager_ip is None:
+        raise UserError("the in-band control plane needs both --manager-mac and --manager-ip")
+    try:
+        return management_address(switch_mac=args.management_mac, switch_ip=args.management_ip,
+                                  manager_mac=args.manager_mac, manager_ip=args.manager_ip,
+                                  manager_port=args.manager_port, manager_ingress=args.manager_ingress)
+    except ValueError as error:
+        raise UserError(f"management address: {error}") from None
 
 
 def port_manifest(component, name):
