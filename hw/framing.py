@@ -149,22 +149,20 @@ class BeatsToBytes(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B = self.width // 8
-        lane_bits = exact_log2(B)
+        # The held beat shifts down a byte (and its keep a bit) as each byte goes, so the byte out is always
+        # lane 0 and the last one is where lane 1 is not kept (keep is contiguous): no lane multiplexer
+        # and no count of kept bytes on the transmit clock's paths.
         held = Signal(FrameBeat(self.width))
         full = Signal()                     # ``held`` has bytes to give
-        lane = Signal(range(B))
-        kept = Signal(range(B + 1))         # bytes kept in ``held`` (keep is contiguous from lane 0)
-        m.d.comb += kept.eq(sum(held.keep[k] for k in range(B)))
-        final = (lane + 1 >= kept)          # this byte is the held beat's last (or it keeps none)
+        final = ~held.keep[1]
         m.d.comb += [self.o.valid.eq(full),
-                     self.o.payload.data.eq(Mux(kept == 0, 0, held.data.word_select(lane[:lane_bits], 8))),
+                     self.o.payload.data.eq(Mux(held.keep[0], held.data[:8], 0)),
                      self.o.payload.last.eq(held.last & final),
                      self.i.ready.eq(~full | (self.o.ready & final))]
         with m.If(self.o.valid & self.o.ready):
-            m.d.sync += lane.eq(lane + 1)
+            m.d.sync += [held.data.eq(held.data >> 8), held.keep.eq(held.keep >> 1)]
             with m.If(final):
-                m.d.sync += [full.eq(0), lane.eq(0)]
+                m.d.sync += full.eq(0)
         with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [held.eq(self.i.payload), full.eq(1), lane.eq(0)]
+            m.d.sync += [held.eq(self.i.payload), full.eq(1)]
         return m

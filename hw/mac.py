@@ -18,7 +18,7 @@ Counters are 32 bits and wrap. ``o`` gives a frame's bytes four clocks late (the
 the end), and its end marker in the clock after ``rx_dv`` falls.
 
 ``GmiiTx()`` takes ``i``, a stream of ``TxByte`` (``data``, ``last``), and drives ``tx_en``, ``tx_er``
-and ``txd``: for each frame, 7 preamble bytes and the SFD, its bytes, zero padding up to 60 bytes, its
+and ``txd`` from registers (one clock after its state decides them, for the pins' DDR registers): for each frame, 7 preamble bytes and the SFD, its bytes, zero padding up to 60 bytes, its
 FCS, then at least 12 clocks of inter-frame gap. ``i.ready`` is high only while the frame's bytes are
 sent, one a clock: once a frame has started, its source must give a byte every clock up to its ``last``
 (the switch's egress stage never pauses inside a frame). If it does not (*underrun*), the byte goes out
@@ -146,12 +146,16 @@ class GmiiTx(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # what goes on the wire in the next clock: the outputs are registered (straight into the pins' DDR
+        # registers on a board)
+        tx_en, tx_er, txd = Signal(), Signal(), Signal(8)
+        m.d.sync += [self.tx_en.eq(tx_en), self.tx_er.eq(tx_er), self.txd.eq(txd)]
         step = Signal(range(max(PREAMBLE_BYTES, IFG_CLOCKS) + 1))
         sent = Signal(range(MIN_FRAME - FCS_BYTES + 1))        # frame bytes sent, up to the padded minimum
         crc = Signal(32)
         fcs = Signal(32)
         m.d.comb += fcs.eq(~crc)
-        next_crc = crc_update(m, crc, self.txd, 1)
+        next_crc = crc_update(m, crc, txd, 1)
         filled = sent + 1 >= MIN_FRAME - FCS_BYTES               # with this clock's byte
 
         with m.FSM(name="tx"):
@@ -160,14 +164,14 @@ class GmiiTx(wiring.Component):
                 with m.If(self.i.valid):
                     m.next = "PREAMBLE"
             with m.State("PREAMBLE"):
-                m.d.comb += [self.tx_en.eq(1), self.txd.eq(Mux(step == PREAMBLE_BYTES, SFD, PREAMBLE))]
+                m.d.comb += [tx_en.eq(1), txd.eq(Mux(step == PREAMBLE_BYTES, SFD, PREAMBLE))]
                 m.d.sync += step.eq(step + 1)
                 with m.If(step == PREAMBLE_BYTES):
                     m.next = "DATA"
             with m.State("DATA"):
-                m.d.comb += [self.tx_en.eq(1), self.tx_er.eq(~self.i.valid), self.i.ready.eq(1)]
+                m.d.comb += [tx_en.eq(1), tx_er.eq(~self.i.valid), self.i.ready.eq(1)]
                 with m.If(self.i.valid):
-                    m.d.comb += self.txd.eq(self.i.payload.data)
+                    m.d.comb += txd.eq(self.i.payload.data)
                 m.d.sync += [crc.eq(next_crc), sent.eq(Mux(filled, sent, sent + 1)), step.eq(0)]
                 with m.If(~self.i.valid):
                     m.d.sync += self.underruns.eq(self.underruns + 1)
@@ -177,13 +181,13 @@ class GmiiTx(wiring.Component):
                 with m.Elif(self.i.payload.last):
                     m.next = "PAD"
             with m.State("PAD"):
-                m.d.comb += [self.tx_en.eq(1), self.txd.eq(0)]
+                m.d.comb += [tx_en.eq(1), txd.eq(0)]
                 m.d.sync += [crc.eq(next_crc), sent.eq(sent + 1)]
                 with m.If(filled):
                     m.next = "FCS"
             with m.State("FCS"):
                 # the FCS of the bytes sent, least significant byte first
-                m.d.comb += [self.tx_en.eq(1), self.txd.eq(fcs.word_select(step[:2], 8))]
+                m.d.comb += [tx_en.eq(1), txd.eq(fcs.word_select(step[:2], 8))]
                 m.d.sync += step.eq(step + 1)
                 with m.If(step == FCS_BYTES - 1):
                     m.d.sync += [step.eq(0), self.frames_sent.eq(self.frames_sent + 1)]

@@ -284,10 +284,12 @@ class NetReduceSwitch(wiring.Component):
         E = self.forwarding_entries
         # the forwarding table, on the destination MAC in the first six bytes of each frame out
         destination_mac = Cat(*[router.i.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
-        m.d.comb += router.destination.eq(regs.switch.default_port)
+        # (a port number the build lacks is never taken: an entry naming one is not used, such a default is 0)
+        default_port = regs.switch.default_port
+        m.d.comb += router.destination.eq(Mux(default_port < self.ports, default_port, 0))
         for e in reversed(range(E)):
             entry = regs.forwarding[e]
-            with m.If(entry.valid & (entry.mac == destination_mac)):
+            with m.If(entry.valid & (entry.mac == destination_mac) & (entry.port < self.ports)):
                 m.d.comb += router.destination.eq(entry.port)
         if self.management is not None:
             with m.If(replies.port == 1):

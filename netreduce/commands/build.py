@@ -5,7 +5,9 @@ the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), th
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
 the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint.
 
-The switch options are ``generate``'s, with defaults that fit the smallest board (the Versa's ECP5-45).
+The switch options are ``generate``'s, with defaults that fit the smallest board (the Versa's ECP5-45);
+the board's switch is configured in-band only, so ``--manager-mac`` and ``--manager-ip`` are required.
+``--loopback`` builds the bring-up image instead: no switch, each port echoing its good frames.
 """
 
 import json
@@ -38,6 +40,9 @@ def register(subparsers):
     parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
                         help="the switch's clock (default: what the board's ports need, with a quarter spare)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    parser.add_argument("--loopback", action="store_true",
+                        help="no switch: each port sends back every good frame it receives (to bring up a "
+                             "board's Ethernet; the switch options and the manager are not used)")
     add_switch_arguments(parser, ports=False)
     parser.set_defaults(func=run, **BOARD_DEFAULTS)
 
@@ -68,18 +73,20 @@ def run(args):
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder")
-    if args.manager_mac is None or args.manager_ip is None:
+    if not args.loopback and (args.manager_mac is None or args.manager_ip is None):
         raise UserError("a board's switch is configured in-band only: give --manager-mac and --manager-ip "
                         "(the host that will configure it)")
     env = _tool_environment()
-    name = f"netreduce_{args.board.replace('-', '_')}"
+    name = f"netreduce_{args.board.replace('-', '_')}{'_loopback' if args.loopback else ''}"
     started = time.monotonic()
     try:
-        top = SwitchOnBoard(args.board, sys_mhz=args.sys_mhz, **switch_arguments(args))
+        top = (SwitchOnBoard(args.board, sys_mhz=args.sys_mhz, loopback=True) if args.loopback
+               else SwitchOnBoard(args.board, sys_mhz=args.sys_mhz, **switch_arguments(args)))
     except ValueError as error:
         raise UserError(str(error)) from None
     platform = BOARDS[args.board].platform_class()()
-    print(f"elaborating the switch for {args.board} ({top.board.ports} ports, switch at "
+    what = "the loopback image" if args.loopback else "the switch"
+    print(f"elaborating {what} for {args.board} ({top.board.ports} ports, switch clock "
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
     plan = platform.prepare(top, name=name, nextpnr_opts=f"--report report.json --seed {args.seed}")
     out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +106,7 @@ def run(args):
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
             raise UserError(f"{title} failed (logs in {out}):\n{tail}")
     report = json.loads((out / "report.json").read_text())
-    summary = {"board": args.board, "top": name, "switch": top.switch.parameters,
+    summary = {"board": args.board, "top": name, "switch": None if args.loopback else top.switch.parameters,
                "sys_mhz": top.pll.outputs_hz[1] / 1e6, **summarize_report(report),
                "seconds": {**steps, "total": round(time.monotonic() - started, 1)},
                "bitstream": str(out / f"{name}.bit")}
