@@ -1,6 +1,6 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
-    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth]
+    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth] [--xilinx]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
   16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
@@ -27,6 +27,9 @@
   the WebAssembly nextpnr took over an hour without finishing). ``deepest`` lists the ten deepest
   register inputs in logic levels (``netreduce.synth.logic_depths``: a LUT4 is one level), the paths
   to shorten next. ``--width`` with no width runs the synthesis alone.
+- With ``--xilinx``: Yosys ``synth_xilinx -family xcup`` cell counts of the 512-bit switch with 4 ports and
+  8 workers (1 job, the same 8-message window) against the Alveo U280's XCU280, and its ten deepest
+  register inputs in logic levels (a LUT6 is one level). An estimate: no place and route, no timing.
 """
 
 import argparse
@@ -110,6 +113,8 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
+    parser.add_argument("--xilinx", action="store_true",
+                        help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
     parser.add_argument("--no-route", action="store_true",
                         help="with --synth: stop after placement and report nextpnr's estimated Fmax")
     args = parser.parse_args(argv)
@@ -125,6 +130,15 @@ def main(argv=None):
         result = synth_ecp5(switch, "netreduce_switch_64b_4w", freq_mhz=156.25, route=not args.no_route)
         result.pop("work_dir", None)
         report["ecp5_switch_64b_4w"] = result
+    if args.xilinx:
+        from netreduce.synth import synth_xilinx_estimate
+        switch = NetReduceSwitch(width=512, ports=4, workers=8, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=9216)
+        result = synth_xilinx_estimate(switch, "netreduce_switch_512b_4p_8w", family="xcup", depths=True)
+        result.pop("work_dir", None)
+        result.pop("cells", None)
+        report["xcup_switch_512b_4p_8w"] = {**result, "device": "XCU280 (1,303,680 LUTs, 2,607,360 flip-flops, "
+                                                                 "2,016 RAMB36, 960 URAM, 9,024 DSP)"}
     json.dump(report, sys.stdout, indent=2)
     print()
 

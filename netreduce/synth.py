@@ -34,7 +34,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Harness", "synth_ecp5", "synth_xilinx_estimate", "run_yosys", "run_nextpnr_ecp5",
-           "SynthesisError", "logic_depths", "ECP5_LEVELS"]
+           "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
 
 ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k", "um5g-45k",
                 "um5g-85k")
@@ -159,6 +159,18 @@ ECP5_LEVELS = {
 }
 _ECP5_OUTPUTS = {"LUT4": ("Z",), "PFUMX": ("Z",), "L6MUX21": ("Z",), "CCU2C": ("S0", "S1", "COUT"),
                  "TRELLIS_DPR16X4": ("DO",)}
+
+# The same for Xilinx UltraScale+ cells (``synth_xilinx -family xcup``): a LUT1..LUT6 is one level, the F7..F9
+# muxes short local arcs, a CARRY8 one level to enter (through its S and DI inputs) and little along the
+# chain (CI); every input of a carry cell counts toward every output (a bound, not bit-exact).
+XILINX_LEVELS = {
+    **{f"LUT{n}": {tuple(f"I{i}" for i in range(n)): 1.0} for n in range(1, 7)},
+    **{f"MUXF{n}": {("I0", "I1", "S"): 0.3} for n in (7, 8, 9)},
+    "CARRY8": {("CI", "CI_TOP"): 0.1, ("DI", "S"): 1.0},
+    "CARRY4": {("CI", "CYINIT"): 0.1, ("DI", "S"): 1.0},
+}
+_XILINX_OUTPUTS = {**{f"LUT{n}": ("O",) for n in range(1, 7)}, **{f"MUXF{n}": ("O",) for n in (7, 8, 9)},
+                   "CARRY8": ("O", "CO"), "CARRY4": ("O", "CO")}
 
 
 def logic_depths(netlist, *, levels=ECP5_LEVELS, outputs=_ECP5_OUTPUTS, count=10):
@@ -328,12 +340,13 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
 XILINX_FAMILIES = ("xcup", "xcu", "xc7", "xc6s", "xc5v", "xc6v", "xcv", "xc2v", "xc3s")
 
 
-def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None):
+def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None, depths=False):
     """Yosys ``synth_xilinx`` cell counts of ``component`` alone (an estimate, out of context).
 
     Returns a dict: ``luts`` (LUT1..LUT6), ``ffs`` (FDRE/FDSE/FDCE/FDPE), ``carry`` (CARRY4/CARRY8),
     ``dsps`` (DSP48E1/E2), ``brams`` (RAMB36 equivalents), ``srls``, ``muxf``, ``cells`` (every cell type
-    with its count), ``family``, ``seconds``, ``work_dir``.
+    with its count), ``family``, ``seconds``, ``work_dir``; with ``depths`` (UltraScale+ only) also ``deepest``,
+    the ten deepest register inputs by :func:`logic_depths` with ``XILINX_LEVELS`` (a LUT is one level).
     """
     name = _safe_name(name)
     if family not in XILINX_FAMILIES:
@@ -341,9 +354,15 @@ def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None):
     start = time.monotonic()
     work = _work_dir(name, work_dir)
     (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
-    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -flatten -family {family} -top {name}\n"
+    netlist = f"write_json {name}.json\n" if depths else ""
+    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -flatten -family {family} -top {name}\n{netlist}"
               f"tee -q -o {name}_stat.json stat -json\n", work, log="yosys_xilinx.log")
     cells = _stat_cells(work / f"{name}_stat.json", name)
+    deepest = {}
+    if depths:
+        deepest["deepest"] = [{"depth": end["depth"], "endpoint": end["endpoint"], "from": end["path"][0]}
+                              for end in logic_depths(work / f"{name}.json", levels=XILINX_LEVELS,
+                                                      outputs=_XILINX_OUTPUTS, count=10)]
     return {
         "luts": sum(c for t, c in cells.items() if re.fullmatch(r"LUT[1-6]", t)),
         "ffs": sum(c for t, c in cells.items() if re.fullmatch(r"FD[RSCP]E(_1)?", t)),
@@ -355,6 +374,7 @@ def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None):
         "muxf": cells.get("MUXF7", 0) + cells.get("MUXF8", 0) + cells.get("MUXF9", 0),
         "cells": cells,
         "family": family,
+        **deepest,
         "seconds": round(time.monotonic() - start, 1),
         "work_dir": str(work),
     }
