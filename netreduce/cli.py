@@ -13,7 +13,7 @@ from . import __version__
 
 __all__ = ["main", "UserError"]
 
-COMMANDS = ["parse_pcap", "generate", "build", "testfloat", "simulate", "experiment"]
+COMMANDS = ["parse_pcap", "generate", "build", "configure", "testfloat", "simulate", "experiment"]
 
 
 class UserError(Exception):

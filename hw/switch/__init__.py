@@ -6,7 +6,10 @@
 - ``match.ConnectionMatch``: each header's connection and binding, from configuration only;
 - ``top.NetReduceSwitch``: the status monitor, slots, emitter and credits (to be split further), and the
   composition;
-- ``hw.deparser.RoceDeparser`` and ``hw.ports.FrameRouter``: frames out of their ports.
+- ``management.ManagementAgent``: the in-band control plane's register operations and replies (with a
+  management address);
+- ``hw.deparser.RoceDeparser``, ``hw.ports.FrameArbiter`` (the replies joining the frames out) and
+  ``hw.ports.FrameRouter``: frames out of their ports.
 """
 
 from .top import NetReduceSwitch
