@@ -5,7 +5,8 @@ the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), th
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
 the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint.
 
-The switch options are ``generate``'s, with defaults that fit the smallest board (the Versa's ECP5-45);
+The switch options are ``generate``'s, with small defaults (they fit the ECP5-85 boards; the switch does not
+fit the Versa's ECP5-45: docs/ARCHITECTURE.md, "Boards");
 the board's switch is configured in-band only, so ``--manager-mac`` and ``--manager-ip`` are required.
 ``--loopback`` builds the bring-up image instead: no switch, each port echoing its good frames.
 """
@@ -23,7 +24,7 @@ from .generate import add_switch_arguments, switch_arguments
 
 __all__ = ["register", "run", "BOARD_DEFAULTS", "summarize_report"]
 
-# what fits the Versa's LFE5UM-45F (108 block RAMs) with room to route
+# a small switch: it fits the LFE5UM5G-85F boards (59 % of the LUTs before packing), not the Versa's LFE5UM-45F
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192)
 CARDS = ("alveo-u280",)
