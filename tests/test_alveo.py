@@ -1,18 +1,21 @@
 """The Alveo U280 top (netreduce.hw.alveo): the MMCM's dividers, the constraints in constraints/ (checked
 to be what the build writes), the top's Verilog (the CMAC black boxes with their AXI-Stream ports, the
-clocking, every pin of the constraints a port of the top) and the Vivado script that builds it."""
+clocking, every pin of the constraints a port of the top) and the Vivado script that builds it, as
+``netreduce build --board alveo-u280`` writes them."""
 
+import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from netreduce.hw.alveo import U280, SwitchOnAlveo, alveo_constraints, mmcm_config, vivado_script
-from netreduce.tb.scenarios import MANAGEMENT
+from netreduce.hw.alveo import U280, SwitchOnAlveo, alveo_constraints, mmcm_config
+from netreduce.wire import ICRC_BYTES, MAX_HEADER_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
-SMALL = dict(workers=2, jobs=1, mtu=1024, message_packets=2, message_slots=2, max_frame=2048, egress_buffer=8192,
-             management=MANAGEMENT)
 
 
 @pytest.mark.parametrize("mhz", [100, 156.25, 200, 250, 322.265625])
@@ -48,35 +51,7 @@ def test_constraints_are_the_generated_ones():
 
 
 @pytest.mark.slow(minutes=1)
-def test_top_verilog_and_vivado_script():
-    """The top's ports are the constraints' ports; each CMAC black box is the script's IP, with its
-    AXI-Stream ports connected; the switch's clock comes from the MMCM."""
-    from netreduce.sim.runner import generate_verilog
-    top = SwitchOnAlveo(sys_mhz=250, **SMALL)
-    text = generate_verilog(top, "netreduce_alveo_u280")
-    ports = set(re.findall(r"(?:input|output) (?:\[\d+:0\] )?(\w+)", text[text.index("module netreduce_alveo_u280("):
-                                                                     text.index("endmodule")]))
-    constrained = set(re.findall(r"get_ports \{?(\w+)", alveo_constraints()))
-    assert constrained <= ports, constrained - ports
-    script = vivado_script("netreduce_alveo_u280", top.switch)
-    for p in range(2):
-        instance = text[text.index(f"cmac_usplus_{p} cmac_{p} ("):]
-        instance = instance[:instance.index(");")]
-        for name in ("rx_axis_tvalid", "rx_axis_tdata", "rx_axis_tkeep", "rx_axis_tlast", "rx_axis_tuser",
-                     "tx_axis_tready", "tx_axis_tvalid", "tx_axis_tdata", "tx_axis_tkeep", "tx_axis_tlast",
-                     "gt_txusrclk2", "init_clk", "gt_ref_clk_p", "gt0_rxp_in", "gt3_txn_out", "stat_rx_aligned"):
-            assert f".{name}(" in instance, (p, name)
-        assert f"{p} {U280.qsfp[p].cmac_core} {U280.qsfp[p].gt_group}" in script
-    assert "MMCME4_BASE" in text and "IBUFDS" in text
-    assert "read_verilog netreduce_alveo_u280.v" in script and "read_xdc alveo-u280.xdc" in script
-    assert f"RX_MAX_PACKET_LEN {{{top.switch.longest_frame + 4}}}" in script
-
-
-@pytest.mark.slow(minutes=1)
 def test_build_command_writes_what_vivado_needs(tmp_path):
-    import shutil
-    import subprocess
-    import sys
     if shutil.which("vivado"):
         pytest.skip("Vivado is installed here: the build would run it for an hour")
     out = tmp_path / "u280"
@@ -89,3 +64,25 @@ def test_build_command_writes_what_vivado_needs(tmp_path):
     assert {"netreduce_alveo_u280.v", "alveo-u280.xdc", "build_netreduce_alveo_u280.tcl",
             "netreduce_alveo_u280.summary.json"} <= names
     assert (out / "alveo-u280.xdc").read_text() == (REPO / "constraints" / "alveo-u280.xdc").read_text()
+
+    # the top's ports are the constraints' ports; each CMAC black box is the script's IP, with its AXI-Stream
+    # ports connected; the switch's clock comes from the MMCM
+    text = (out / "netreduce_alveo_u280.v").read_text()
+    top = text[text.index("module netreduce_alveo_u280("):]
+    ports = set(re.findall(r"(?:input|output) (?:\[\d+:0\] )?(\w+)", top[:top.index("endmodule")]))
+    constrained = set(re.findall(r"get_ports \{?(\w+)", alveo_constraints()))
+    assert constrained <= ports, constrained - ports
+    script = (out / "build_netreduce_alveo_u280.tcl").read_text()
+    summary = json.loads((out / "netreduce_alveo_u280.summary.json").read_text())
+    longest = summary["switch"]["max_frame"] + MAX_HEADER_BYTES + ICRC_BYTES
+    for p in range(2):
+        instance = text[text.index(f"cmac_usplus_{p} cmac_{p} ("):]
+        instance = instance[:instance.index(");")]
+        for name in ("rx_axis_tvalid", "rx_axis_tdata", "rx_axis_tkeep", "rx_axis_tlast", "rx_axis_tuser",
+                     "tx_axis_tready", "tx_axis_tvalid", "tx_axis_tdata", "tx_axis_tkeep", "tx_axis_tlast",
+                     "gt_txusrclk2", "init_clk", "gt_ref_clk_p", "gt0_rxp_in", "gt3_txn_out", "stat_rx_aligned"):
+            assert f".{name}(" in instance, (p, name)
+        assert f"{p} {U280.qsfp[p].cmac_core} {U280.qsfp[p].gt_group}" in script
+    assert "MMCME4_BASE" in text and "IBUFDS" in text
+    assert "read_verilog netreduce_alveo_u280.v" in script and "read_xdc alveo-u280.xdc" in script
+    assert f"RX_MAX_PACKET_LEN {{{longest + 4}}}" in script

@@ -302,16 +302,21 @@ def _average_error(network, inputs):
 def _run_rtl(args, nbytes, inputs):
     """The generated Verilog of ``NetReduceSwitch`` as the switch, on Verilator through cocotb
     (``tb/switch_tb.py``, testcase ``closed_loop``)."""
+    import dataclasses
     import pickle
     import tempfile
 
     from ..hw.switch import NetReduceSwitch
     from ..sim.runner import SimulationError
     from ..tb.harness import run_switch
+    from ..tb.scenarios import MANAGEMENT
     try:
+        # with the testbenches' in-band control plane on the last port (unused here), so that a run with
+        # a testbench build's parameters takes that build
         switch = NetReduceSwitch(width=args.width, workers=args.workers, jobs=args.jobs, dtype=args.dtype,
                                  mtu=args.mtu, message_packets=args.message_packets,
-                                 message_slots=args.message_slots, ports=args.ports)
+                                 message_slots=args.message_slots, ports=args.ports,
+                                 management=dataclasses.replace(MANAGEMENT, manager_ingress=args.ports - 1))
     except ValueError as error:
         raise UserError(str(error)) from None
     print("netreduce: simulating the generated Verilog (the first build of a configuration takes minutes)",
