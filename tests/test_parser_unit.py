@@ -90,7 +90,7 @@ def test_parser_on_captures(width):
 
 
 def test_parser_with_idle_and_backpressure():
-    check_parser(_capture_sample(30, 7), 64, idle=0.3, backpressure=0.4, seed=3)
+    check_parser(_capture_sample(16, 7), 64, idle=0.3, backpressure=0.4, seed=3)
 
 
 @pytest.mark.slow(minutes=1)
@@ -100,7 +100,7 @@ def test_deparser_on_captures(width):
 
 
 def test_deparser_with_idle_and_backpressure():
-    check_deparser(_capture_sample(30, 11), 64, idle=0.3, backpressure=0.4, seed=5)
+    check_deparser(_capture_sample(16, 11), 64, idle=0.3, backpressure=0.4, seed=5)
 
 
 @pytest.mark.parametrize("width", [64, 512])
@@ -143,13 +143,13 @@ frame_mix = st.lists(st.one_of(roce_st.roce_frames(max_payload=300),
                      min_size=1, max_size=8)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames=frame_mix)
 def test_parser_hypothesis(frames):
     check_parser(frames, 64, idle=0.1, backpressure=0.2)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames=frame_mix)
 def test_deparser_hypothesis(frames):
     check_deparser(frames, 64, idle=0.1, backpressure=0.2)
