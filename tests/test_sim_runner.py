@@ -56,3 +56,22 @@ def test_shared_verilog_cache_keeps_the_most_recently_used(tmp_path, monkeypatch
     os.utime(tmp_path / "0.v", (2000, 2000))        # used again lately
     runner._prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.v", "3.v", "4.v"]
+
+
+def test_a_design_depends_on_the_modules_it_imports_only():
+    """The Verilog cache's key (``design_modules``): the modules behind a design's classes and their imports
+    from the project, so that a change to one design regenerates only the designs that use it."""
+    from netreduce.hw.parser import RoceParser
+    from netreduce.hw.switch import NetReduceSwitch
+    from netreduce.sim.runner import design_modules
+    from netreduce.tb.harness import Harness
+    switch = NetReduceSwitch(workers=2, jobs=1)
+    switch._MustUse__silence = True
+    held = design_modules(Harness(switch, inputs=["s_axis"], outputs=["m_axis"]))
+    assert {"netreduce.tb.harness", "netreduce.hw.switch.top", "netreduce.hw.switch.management",
+            "netreduce.hw.parser", "netreduce.hw.fp.tree", "netreduce.wire", "netreduce.registers"} <= set(held)
+    parser = RoceParser(64)
+    parser._MustUse__silence = True
+    alone = design_modules(parser)
+    assert "netreduce.hw.parser" in alone and "netreduce.hw.switch.top" not in alone
+    assert not any(name.startswith("netreduce.sim.switch_model") for name in held + alone)
