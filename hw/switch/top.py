@@ -22,6 +22,8 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    header is taken in the same clock; counters add two clocks later. Rare cases take clocks of their
    own: ``DUP_SEARCH`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
    ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
+   ``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and
+   handed to ``management.ManagementAgent``, which applies it to the registers and sends the reply),
    ``RELEASE_CHECK`` and ``RELEASE`` (after an ACK that makes the oldest message delivered: frees the
    job's delivered messages, two clocks each, and queues their credits).
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
@@ -33,7 +35,8 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    ``RoceDeparser``; a payload sequencer issues the payload words, one a clock on credits, into a FIFO in
    front of it. The deparser serializes them and recomputes ICRC and IPv4 checksum. ``FrameRouter``
    sends each frame out of the port that the forwarding table gives for its destination MAC (the
-   default port for any other MAC).
+   default port for any other MAC); the management agent's replies join in front of it (a ``FrameArbiter``)
+   and leave by their request's port.
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus one clock per frame of a connection in the
