@@ -116,21 +116,24 @@ def test_writes_and_reads():
     assert model.counters["management_requests"] == 9 and model.counters["frames_out"] == 9
 
 
-def test_register_file_inverts_the_configuration_writes():
-    network, _, _ = build_allreduce(workers=3, jobs=2, ports=2)
+def loaded(workers):
+    """The configuration of an all-reduce of ``workers`` workers in 2 jobs on 2 ports, and a register file
+    written with it."""
+    network, _, _ = build_allreduce(workers=workers, jobs=2, ports=2)
     config = network.engine.model.config
     registers = RegisterFile(BUILD, reset={("job", j, "mtu"): BUILD["mtu"] for j in range(BUILD["jobs"])})
     for word_address, word in switch_config_writes(config, BUILD["workers"]):
         registers.write(word_address, word)
+    return config, registers
+
+
+def test_register_file_inverts_the_configuration_writes():
+    config, registers = loaded(3)
     assert config_from_registers(registers, BUILD) == normalized(config)
 
 
 def test_configurations_no_switch_config_holds_are_left_out():
-    network, _, _ = build_allreduce(workers=2, jobs=2, ports=2)
-    config = network.engine.model.config
-    registers = RegisterFile(BUILD, reset={("job", j, "mtu"): BUILD["mtu"] for j in range(BUILD["jobs"])})
-    for word_address, word in switch_config_writes(config, BUILD["workers"]):
-        registers.write(word_address, word)
+    config, registers = loaded(2)
     registers.write(address("connection", 1, "requester_port"), 2)       # job 0 worker 1: a port not built
     registers.write(address("job", 1, "workers"), 0)                     # job 1: no workers
     registers.write(address("forwarding", 0, "port"), 3)
