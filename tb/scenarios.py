@@ -45,11 +45,12 @@ def record(setup=None, **kwargs):
     return {"status": status, **network.engine.recording()}
 
 
-def record_in_band(build, reads=(), setup=None, **kwargs):
+def record_in_band(build, reads=(), writes=(), setup=None, **kwargs):
     """:func:`record`, with the switch of ``build`` leaving reset and configured by its manager through
-    management packets (on its last port), each request sent once the reply to the one before has left (a
-    write takes effect before its reply: docs "In-band control plane"), the all-reduce's frames after the last
-    reply; once the run is over, the manager reads the registers at ``reads``."""
+    management packets (on its port), each request sent once the reply to the one before has left (a write
+    takes effect before its reply: docs "In-band control plane"), ``writes`` (``(address, word)``) after the
+    configuration, the all-reduce's frames after the last reply; once the run is over, the manager reads the
+    registers at ``reads``."""
     switch = switch_of(build)
     switch._MustUse__silence = True             # described, not built
     params, management = switch.parameters, switch.management
@@ -58,7 +59,7 @@ def record_in_band(build, reads=(), setup=None, **kwargs):
     def engine(config):
         recorder = ModelEngine(config, record=True)
         recorder.model = SwitchModel.managed(params, management)
-        for index, (word_address, word) in enumerate(switch_config_writes(config, params["workers"])):
+        for index, (word_address, word) in enumerate(switch_config_writes(config, params["workers"]) + list(writes)):
             recorder.inject(port, manager.request(ManagementOp.WRITE, word_address, word)[1], 0, after=index)
         return recorder
     network, _, _ = build_allreduce(engine=engine, message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS,

@@ -21,7 +21,7 @@ from netreduce.host.faults import FaultSpec
 from netreduce.host.network import build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
-from netreduce.registers import address, counter_address
+from netreduce.registers import address, counter_address, register_writes
 from netreduce.sim.fp import tree_sum
 from netreduce.tb import scenarios
 from netreduce.tb.scenarios import record, record_in_band, switch_of
@@ -248,13 +248,17 @@ def test_configured_in_band(tmp_path, build):
     with an attacker sending management requests of its own and, at 64 bits, from the other port, in the
     manager's name; at 512 bits, from the manager's port, malformed ones in the manager's name; the manager
     then reads counters and a configuration word. Every frame, the replies included, and every counter equal
-    to the model's."""
+    to the model's. A forwarding entry naming a port the build lacks is not used."""
     switch = switch_of(build)
     switch._MustUse__silence = True             # described, not built
     ports, width = switch.ports, switch.width
     reads = [counter_address(name) for name in ("frames_in", "aggregated", "management_refused", "management_bad")]
     reads.append(address("job", 0, "id"))
-    scenario = record_in_band(build, reads=reads, workers=3, jobs=2, ports=ports, width=width, nbytes=6000, mtu=512,
+    # forwarding entry 0 (host 0's MAC) names a port the build lacks: not used, so host 0's frames take the
+    # default port (a router that took the number would send them out of port 3 mod 2)
+    writes = register_writes("forwarding", 0, port=3)
+    scenario = record_in_band(build, reads=reads, writes=writes, workers=3, jobs=2, ports=ports, width=width,
+                              nbytes=6000, mtu=512,
                               extra_hosts=[attacker(0)], seed=21,
                               setup=functools.partial(attacks.forged_management, address=switch.management,
                                                       forge=ports > 1, malformed=True))
