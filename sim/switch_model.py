@@ -514,9 +514,10 @@ class SwitchModel:
         if key is None:
             return
         block_name, _, name = key
-        if block_name in ("switch", "forwarding") or name == "enable":
+        starts = block_name in ("job", "connection") and name == "enable"
+        if block_name in ("switch", "forwarding") or starts:
             config = config_from_registers(self.registers, self.build)
-            if name == "enable":
+            if starts:
                 self._configure(config)
             else:
                 jobs, connections = self.config.jobs, self.config.connections
@@ -897,10 +898,13 @@ def config_from_registers(registers, build):
         if r["forwarding", e, "enable"] and r["forwarding", e, "port"] < ports:
             forwarding.setdefault(r["forwarding", e, "mac"], r["forwarding", e, "port"])
     default_port = r["switch", 0, "default_port"]
-    jobs, connections, keys = [], [], set()
+    jobs, connections, keys, ids = [], [], set(), set()
     for j in range(build["jobs"]):
-        if not r["job", j, "enable"] or any(job.job == r["job", j, "id"] for job in jobs):
+        if not r["job", j, "enable"]:
             continue
+        if r["job", j, "id"] in ids:
+            continue
+        ids.add(r["job", j, "id"])
         try:
             job = JobConfig(job=r["job", j, "id"], workers=r["job", j, "workers"], dtype=build["dtype"],
                             mtu=r["job", j, "mtu"], message_packets=build["message_packets"],

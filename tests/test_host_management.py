@@ -18,7 +18,14 @@ from netreduce.host.management import (
 )
 from netreduce.host.network import ModelEngine, build_allreduce
 from netreduce.host.protocol import build_udp_frame, ip_to_int, mac_to_int
-from netreduce.registers import COUNTERS, RegisterFile, address, counter_address, switch_config_writes
+from netreduce.registers import (
+    COUNTERS,
+    RegisterFile,
+    address,
+    counter_address,
+    register_writes,
+    switch_config_writes,
+)
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.switch_model import SwitchModel, config_from_registers
 from netreduce.wire import MANAGEMENT_PORT, ManagementOp
@@ -227,3 +234,18 @@ def test_a_model_without_management_forwards_management_packets():
     model = network.engine.model
     assert model.receive(0, frame_from()) == [(0, frame_from())]
     assert all(model.counters[name] == 0 for name in COUNTERS if name.startswith("management"))
+
+
+def test_forwarding_writes_keep_the_jobs_state():
+    """A forwarding entry written (its enable too) while a job runs changes the table at once and restarts
+    nothing; a job's enable written restarts it."""
+    config, _ = loaded(2)
+    model = managed_model()
+    manager = manager_of(model)
+    manager.load(switch_config_writes(config, BUILD["workers"]))
+    job = model.jobs[0]
+    job.oldest = 5                                          # as if five messages had been released
+    manager.load(register_writes("forwarding", 15, mac=0x020000000777, port=1, enable=1))
+    assert model.jobs[0] is job and model.config.port_of(0x020000000777) == 1
+    manager.load(register_writes("job", 0, enable=1))
+    assert model.jobs[0] is not job and model.jobs[0].oldest == config.jobs[0].start_msg
