@@ -37,12 +37,20 @@ import numpy as np
 
 from netreduce.host.icrc import ipv4_checksum
 from netreduce.host.management import ManagementMessage, build_management_frame
-from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame, ip_to_int, mac_to_int
+from netreduce.host.protocol import (
+    AggHeader,
+    ControlMessage,
+    build_control_frame,
+    build_udp_frame,
+    ip_to_int,
+    mac_to_int,
+)
 from netreduce.host.worker import HostAddress
 from netreduce.sim.fp import from_float64, get_format
 from netreduce.sim.roce_model import deparse_frame, empty_header, parse_frame
 from netreduce.wire import (
     ETHERTYPE_IPV4,
+    MANAGEMENT_PORT,
     MSG_SEQ_MODULUS,
     PSN_MODULUS,
     RC_WRITE_OPCODES,
@@ -270,14 +278,12 @@ def forged_management(network, address, *, attacker=0, every_ns=7_000, forge=Tru
     host = _attacker(network, attacker)
     message = ManagementMessage(ManagementOp.WRITE, 0x0BAD, register_address("forwarding", 0, "enable"), 0)
     forged = build_management_frame(message, address)
-    own = bytearray(forged)
-    own[6:12] = host.address.mac.to_bytes(6, "big")
-    own[26:30] = ip_to_int(host.address.ip).to_bytes(4, "big")
-    own[24:26] = bytes(2)
-    own[24:26] = ipv4_checksum(own[14:34]).to_bytes(2, "big")
+    own = build_udp_frame(forged[42:54], src_mac=host.address.mac, dst_mac=address.switch_mac,
+                          src_ip=host.address.ip, dst_ip=address.switch_ip, sport=address.manager_port,
+                          dport=MANAGEMENT_PORT)
     bad = bytearray(forged)
-    bad[44] = 9
-    frames = [bytes(own)] + ([forged] if forge else []) + ([bytes(bad)] if malformed else [])
+    bad[44] = 9                         # the version (the UDP checksum is 0: nothing else to mend)
+    frames = [own] + ([forged] if forge else []) + ([bytes(bad)] if malformed else [])
 
     def send():
         for frame in frames:

@@ -22,6 +22,7 @@ it opened. The switch's clock is the ``now`` given with each frame (:meth:`Switc
 :meth:`SwitchModel.advance`; without it the clock stands still, and the reliable class never needs it.
 """
 
+import dataclasses
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
@@ -495,9 +496,7 @@ class SwitchModel:
             self._register_written(self.registers.write(message.address, message.value))
         else:
             value = self._read_register(message.address)
-        reply = build_management_frame(
-            type(message)(message.op, message.sequence, message.address, value, reply=True), m)
-        out.append((port, reply))
+        out.append((port, build_management_frame(dataclasses.replace(message, value=value, reply=True), m)))
 
     def _read_register(self, word_address):
         """A read-only word as the register port shows it: a counter (this model keeps no egress stage, so its

@@ -82,12 +82,12 @@ def load_config(path, args):
     return config
 
 
-def _interface_exchange(interface, timeout):
-    """Send a frame on ``interface``; the frames received until a management reply arrives or ``timeout``
-    seconds pass."""
+def _interface_exchange(interface, address, timeout):
+    """Send a frame on ``interface``; the frames received until a reply from the switch of ``address`` to its
+    manager arrives or ``timeout`` seconds pass."""
     from scapy.config import conf
 
-    from ..host.management import parse_management_payload
+    from ..host.management import parse_management_reply
     try:
         sock = conf.L2socket(iface=interface)
     except (OSError, PermissionError) as error:
@@ -103,8 +103,7 @@ def _interface_exchange(interface, timeout):
             if packet is None:
                 continue
             got.append(bytes(packet))
-            reply = parse_management_payload(got[-1][42:]) if len(got[-1]) >= 54 else None
-            if reply is not None and reply.reply:
+            if parse_management_reply(got[-1], address) is not None:
                 break
         return got
     return exchange
@@ -156,7 +155,7 @@ def run(args):
         def exchange(frame):
             return [out for _, out in model.receive(port, frame)]
     else:
-        exchange = _interface_exchange(args.interface, args.timeout_ms / 1000)
+        exchange = _interface_exchange(args.interface, address, args.timeout_ms / 1000)
     manager = Manager(address, exchange, retries=args.retries)
     try:
         manager.load(writes)
