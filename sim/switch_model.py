@@ -413,7 +413,7 @@ class SwitchModel:
             self.counters["drop_bad_icrc" if not parsed.verdict["icrc_ok"] else "drop_bad_checksum"] += 1
         elif len(parsed.payload) > self.config.max_frame:
             self.counters["drop_oversize"] += 1
-        elif h["eth_src"] == self._mac or (h["ip_version"] == 4 and h["ip_src"] == self._ip):
+        elif self._in_switch_name(h):
             self.counters["drop_spoofed"] += 1          # someone speaking in the switch's name
         elif self._is_management(h):
             self._management(port, h, parsed.payload, out)
@@ -467,6 +467,13 @@ class SwitchModel:
         (the same bytes up to the IP end; what followed it becomes zero padding up to 60 bytes)."""
         h = parsed.header
         self._emit(deparse_frame(h, parsed.payload) if h["roce"] else parsed.payload, out)
+
+    def _in_switch_name(self, h):
+        """The frame's source is the switch's MAC or IPv4 address, or its management MAC or IPv4 address."""
+        ipv4 = h["ip_version"] == 4
+        m = self.management
+        return (h["eth_src"] == self._mac or (ipv4 and h["ip_src"] == self._ip)
+                or (m is not None and (h["eth_src"] == m.switch_mac or (ipv4 and h["ip_src"] == m.switch_ip))))
 
     # --- management packets (the in-band control plane) -----------------------------------------------
 

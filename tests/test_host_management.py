@@ -221,6 +221,16 @@ def test_bad_requests_are_counted_and_not_answered(payload):
     assert model.counters["management_bad"] == 1 and model.counters["management_requests"] == 0
 
 
+def test_replies_forged_in_the_switch_name_are_dropped():
+    """A frame from the management MAC or IPv4 address is someone forging the switch's replies (rule 2): dropped,
+    never forwarded to the manager."""
+    model = managed_model()
+    reply = request(ManagementOp.READ, counter_address("frames_in"), 0, reply=True)
+    other_mac = reply[:6] + (0x020000000666).to_bytes(6, "big") + reply[12:]
+    assert model.receive(0, reply) == [] and model.receive(0, other_mac) == []
+    assert model.counters["drop_spoofed"] == 2 and model.counters["forwarded"] == 0
+
+
 def test_other_udp_to_the_management_port_is_forwarded():
     """Management packets to another address (another switch's) are not this switch's: forwarded."""
     model = managed_model()

@@ -109,7 +109,9 @@ def cases(cfg, rng):
             (1, request[:12] + bytes([0x81, 0, 0, 5]) + request[12:]),                  # tagged
             (1, changed(request, 36, (4794).to_bytes(2, "big"))),                       # another UDP port to: none
             (1, changed(request, 0, bytes(5) + b"\x09")),                               # another MAC to: none
-            (1, changed(request, 6, mac_to_int(cfg.mac).to_bytes(6, "big")))]           # the switch's MAC: spoofed
+            (1, changed(request, 6, mac_to_int(cfg.mac).to_bytes(6, "big"))),          # the switch's MAC: spoofed
+            (0, build_management_frame(ManagementMessage(ManagementOp.READ, 1, 0x200, 7, reply=True),
+                                       MANAGEMENT))]                  # a reply forged in the switch's name: spoofed
     rng.shuffle(out)
     return out
 

@@ -4,7 +4,8 @@ The rules are those of docs/ARCHITECTURE.md, "Switch behaviour, per received fra
 "Trust model", for the part that needs configuration only, never state, so that the match runs as the
 headers arrive, ahead of the monitor:
 
-- ``spoofed``: the frame's source MAC is the switch's, or it is IPv4 from the switch's address (rule 2);
+- ``spoofed``: the frame's source MAC is the switch's (or its management MAC), or it is IPv4 from the
+  switch's address (or its management address) (rule 2);
   or its key is registered (an ACK's ACK key, any other RoCE frame's data key) but it is not *bound* to
   that connection: it did not arrive on that side's port, from its MAC, in its VLAN, or is not addressed
   to the other side's MAC and IPv4 address (rule 5);
@@ -106,6 +107,9 @@ class ConnectionMatch(wiring.Component):
         udp4 = ipv4 & ~h.roce & (h.ip_proto == 17)
         mg = self.management
         if mg is not None:
+            # a frame from the management address is someone forging the switch's replies
+            with m.If((h.eth_src == mg.switch_mac) | (ipv4 & (ip_src == mg.switch_ip))):
+                m.d.comb += now.own.eq(1)
             m.d.comb += [
                 now.to_management.eq(udp4 & (h.udp_dport == MANAGEMENT_PORT) & (h.eth_dst == mg.switch_mac)
                                      & (ip_dst == mg.switch_ip)),
