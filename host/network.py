@@ -50,10 +50,18 @@ from netreduce.host.rc import Endpoint, Memory, RcRequester, RcResponder, Source
 from netreduce.host.uc import UcRequester, UcResponder
 from netreduce.host.worker import HostAddress, Worker, message_layout, tensor_dtype
 from netreduce.sim.fp import get_format, random_operands, tree_sum
-from netreduce.sim.switch_model import ConnectionConfig, JobClass, JobConfig, SwitchConfig, SwitchModel
+from netreduce.sim.switch_model import (
+    ConnectionConfig,
+    JobClass,
+    JobConfig,
+    SwitchConfig,
+    SwitchModel,
+    contributors_counter,
+)
 
 __all__ = ["Network", "ModelEngine", "record_frames", "Link", "build_allreduce", "expected_sum",
-           "expected_partial_sum", "default_deadline_us", "clocks_of_us", "WIRE_OVERHEAD", "CLOCK_NS"]
+           "expected_partial_sum", "lossy_results_match", "lossy_report", "average_error", "default_deadline_us",
+           "clocks_of_us", "WIRE_OVERHEAD", "CLOCK_NS"]
 
 WIRE_OVERHEAD = 24      # bytes per frame on the wire besides the frame: preamble 8, FCS 4, gap 12
 # the datapath clock of each width: XGMII's 156.25 MHz, the 100G CMAC's 322.265625 MHz
@@ -110,8 +118,6 @@ class ModelEngine:
     name = "model"
 
     def __init__(self, config, latency_ns=200, record=False, clock_ns=CLOCK_NS[64]):
-        if record and any(job.lossy for job in config.jobs):
-            raise ValueError("recordings are replayed into the RTL, which has no bounded-loss class yet")
         self.model = SwitchModel(config)
         self.latency_ns = latency_ns
         self.network = None
@@ -415,13 +421,19 @@ class Network:
         if lossy:
             elements = sum(w.elements for w in lossy)
             filled = sum(w.zero_filled_elements for w in lossy)
-            histogram = getattr(getattr(self.engine, "model", None), "contributors", Counter())
             workers = max(w.job.workers for w in lossy)
+            model = getattr(self.engine, "model", None)
+            if model is not None:
+                histogram = {str(n): model.contributors[n] for n in range(workers + 1)}
+            else:       # the switch's counters: exact up to 7 contributors
+                histogram = {str(n): counters.get(contributors_counter(n), 0) for n in range(min(workers, 7) + 1)}
+                if workers >= 8:
+                    histogram["8_or_more"] = counters.get(contributors_counter(8), 0)
             summary["lossy"] = {
                 "zero_filled_elements": filled, "recovered": sum(w.recovered for w in lossy),
                 "result_requests": sum(w.result_requests for w in lossy),
                 "loss_fraction": round(filled / elements, 6) if elements else 0.0,
-                "contributors_histogram": {str(n): histogram[n] for n in range(workers + 1)},
+                "contributors_histogram": histogram,
             }
         return summary
 
@@ -442,6 +454,39 @@ def expected_partial_sum(job, inputs, contributors):
     mask = (np.asarray(contributors, dtype=np.uint32)[None, :] >> np.arange(inputs.shape[0], dtype=np.uint32)[:, None]
             ) & 1
     return tree_sum(get_format(job.dtype), inputs, mask=mask.astype(bool), ftz=job.ftz).astype(inputs.dtype)
+
+
+def lossy_results_match(network, inputs):
+    """A bounded-loss run's check: every worker's result, element by element, the tree sum of exactly the
+    contributors its bitmaps name (:func:`expected_partial_sum`)."""
+    return bool(all(np.array_equal(w.result, expected_partial_sum(w.job, inputs[w.job.job], w.contributors))
+                    for w in network.workers))
+
+
+def lossy_report(network, inputs, summary):
+    """The figures of a bounded-loss run (``summary``: ``network.summary()``): the switch's deadline
+    completions and late contributions, the workers' (``summary["lossy"]``), and the average error."""
+    return {"deadline_completions": summary["switch"]["deadline_completions"], "late": summary["switch"]["late"],
+            **summary["lossy"], "average_error": average_error(network, inputs)}
+
+
+def average_error(network, inputs):
+    """The relative RMS error of the workers' averages (rescaled or not) against the mean of every input,
+    over the elements where all of them are finite: what the loss and the rescaling do to the gradient that
+    training sees. ``None`` when no element qualifies or the mean is 0."""
+    from netreduce.sim.fp import to_float64
+    errors, scale = 0.0, 0.0
+    for w in network.workers:
+        values = to_float64(get_format(w.job.dtype), inputs[w.job.job])
+        with np.errstate(all="ignore"):
+            truth = values.mean(axis=0)
+            average = w.average()
+            finite = np.isfinite(values).all(axis=0) & np.isfinite(truth) & np.isfinite(average)
+            errors += float(np.sum((average[finite] - truth[finite]) ** 2))
+            scale += float(np.sum(truth[finite] ** 2))
+    if not scale or not np.isfinite(errors) or not np.isfinite(scale):
+        return None
+    return round(float(np.sqrt(errors / scale)), 6)
 
 
 def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, ports=1, message_packets=4,

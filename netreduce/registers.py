@@ -17,7 +17,8 @@ from .egress import CLASSES, DSCPS, MAX_DEPTH_BEATS, MAX_QUEUES, QUANTUM_LIMIT
 from .wire import CONTROL_PORT
 
 __all__ = [
-    "COUNTERS", "ADDRESS_BITS", "Register", "Block", "BLOCKS", "SWITCH", "JOB", "FORWARDING", "COUNTER_BLOCK",
+    "COUNTERS", "HISTOGRAM_COUNTERS", "ADDRESS_BITS", "Register", "Block", "BLOCKS", "SWITCH", "JOB", "FORWARDING",
+    "COUNTER_BLOCK",
     "CONNECTION", "EGRESS", "EGRESS_COUNTERS", "block", "instances", "address", "counter_address", "check_map",
     "register_writes", "switch_config_writes", "vlan_word", "markdown_table", "manifest", "locate", "RegisterFile",
 ]
@@ -35,6 +36,10 @@ COUNTERS = (
     "contributors_6", "contributors_7", "contributors_8_or_more",
     "management_requests", "management_refused", "management_bad",
 )
+
+# the bounded-loss completions by number of contributors, among the counters (the last one: 8 or more)
+HISTOGRAM_COUNTERS = tuple(f"contributors_{n}" for n in range(8)) + ("contributors_8_or_more",)
+assert set(HISTOGRAM_COUNTERS) <= set(COUNTERS)
 
 ADDRESS_BITS = 16
 WORD_BITS = 32
@@ -90,6 +95,10 @@ JOB = Block("job", 0x0010, 8, "jobs", (
              access="action"),
     Register("mtu", 3, 13, "largest payload of a packet in bytes (at most the build's; default the build's)"),
     Register("start_msg", 4, 32, "the job's first message sequence number (modulo 2^32)"),
+    Register("traffic_class", 5, 1, "0: reliable (RC messages); 1: bounded-loss (MLT: single-packet UC messages, "
+             "completed at a deadline)"),
+    Register("deadline_clocks", 6, 32, "bounded-loss: clocks from a message's opening to its forced completion "
+             "(at least 1, below 2^31)"),
 ), "job j (of `jobs`)")
 
 FORWARDING = Block("forwarding", 0x0100, 4, "forwarding_entries", (
@@ -117,6 +126,8 @@ CONNECTION = Block("connection", 0x1000, 16, "connections", (
     Register("start_psn", 12, 24, "the requester's first PSN"),
     Register("enable", 13, 1, "1: the connection is matched; writing resets its state (from `start_psn` and "
              "its job's `start_msg`)", access="action"),
+    Register("responder_rkey", 14, 32, "bounded-loss: the R_Key of the responder's result buffer, in every "
+             "result to it"),
 ), "connection c = j N + w (of `connections` = `jobs` x `workers`)")
 
 
@@ -295,7 +306,8 @@ def switch_config_writes(config, workers):
     position = {job.job: j for j, job in enumerate(config.jobs)}
     for j, job in enumerate(config.jobs):
         writes += register_writes("job", j, id=job.job, workers=job.workers, mtu=job.mtu,
-                                  start_msg=job.start_msg, enable=1)
+                                  start_msg=job.start_msg, traffic_class=int(job.lossy),
+                                  deadline_clocks=job.deadline_clocks or 0, enable=1)
     for conn in config.connections:
         writes += register_writes(
             "connection", position[conn.job] * workers + conn.worker,
@@ -305,7 +317,7 @@ def switch_config_writes(config, workers):
             responder_mac=mac_to_int(conn.responder_mac), responder_ip=ip_to_int(conn.responder_ip),
             responder_qpn=conn.responder_qpn, responder_port=conn.responder_port,
             responder_vlan=vlan_word(conn.responder_vlan),
-            start_psn=conn.start_psn % (1 << 24), enable=1)
+            start_psn=conn.start_psn % (1 << 24), responder_rkey=conn.responder_rkey or 0, enable=1)
     return writes
 
 

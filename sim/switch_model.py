@@ -39,7 +39,7 @@ from netreduce.host.protocol import (
     parse_control_payload,
     udp_payload,
 )
-from netreduce.registers import COUNTER_BLOCK, COUNTERS, RegisterFile, locate
+from netreduce.registers import COUNTER_BLOCK, COUNTERS, HISTOGRAM_COUNTERS, RegisterFile, locate
 from netreduce.sim.fp import get_format, tree_sum
 from netreduce.sim.roce_model import deparse_frame, has_udp, parse_frame, verdict_good
 from netreduce.wire import (
@@ -76,8 +76,7 @@ _MANAGEMENT_UDP_LEN = 8 + header_bytes(MANAGEMENT_PACKET)   # 20 likewise
 _VID_MASK = 0xFFF
 _LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # 0x2B: a bounded-loss job's only data opcode
 LOSSY_MAX_WORKERS = 32          # the contributor bitmap is the 32-bit immediate
-# the contributor histogram among the counters: contributors_0 .. contributors_7, contributors_8_or_more
-HISTOGRAM_COUNTERS = tuple(f"contributors_{n}" for n in range(8)) + ("contributors_8_or_more",)
+DEADLINE_LIMIT = 1 << 31         # the RTL compares clocks modulo 2^32
 
 
 def contributors_counter(n):
@@ -146,8 +145,9 @@ class JobConfig:
                              f"immediate), not {self.workers}")
         if self.message_slots < 2:
             raise ValueError("a bounded-loss job needs message_slots of at least 2 (its window is half of them)")
-        if not isinstance(self.deadline_clocks, int) or self.deadline_clocks < 1:
-            raise ValueError(f"a bounded-loss job needs deadline_clocks of at least 1, not {self.deadline_clocks!r}")
+        if not isinstance(self.deadline_clocks, int) or not 1 <= self.deadline_clocks < DEADLINE_LIMIT:
+            raise ValueError(f"a bounded-loss job needs deadline_clocks from 1 to {DEADLINE_LIMIT - 1} (the switch's "
+                             f"clock counts modulo 2^32), not {self.deadline_clocks!r}")
 
     @property
     def lossy(self):
@@ -911,10 +911,14 @@ def config_from_registers(registers, build):
         if r["job", j, "id"] in ids:
             continue
         ids.add(r["job", j, "id"])
+        lossy = {}
+        if r["job", j, "traffic_class"]:
+            lossy = {"traffic_class": JobClass.LOSSY, "deadline_clocks": r["job", j, "deadline_clocks"]}
         try:
             job = JobConfig(job=r["job", j, "id"], workers=r["job", j, "workers"], dtype=build["dtype"],
                             mtu=r["job", j, "mtu"], message_packets=build["message_packets"],
-                            message_slots=build["message_slots"], ftz=build["ftz"], start_msg=r["job", j, "start_msg"])
+                            message_slots=build["message_slots"], ftz=build["ftz"], start_msg=r["job", j, "start_msg"],
+                            **lossy)
             if job.workers > workers:
                 raise ValueError("more workers than the build's")
             conns = []
@@ -925,6 +929,7 @@ def config_from_registers(registers, build):
                 conn = ConnectionConfig(job=job.job, worker=w, requester_qpn=r["connection", c, "requester_qpn"],
                                         responder_qpn=r["connection", c, "responder_qpn"],
                                         start_psn=r["connection", c, "start_psn"],
+                                        responder_rkey=r["connection", c, "responder_rkey"] if lossy else None,
                                         **place(c, "requester"), **place(c, "responder"))
                 conns.append(conn)
             new_keys = {("data", conn.requester_ip, conn.responder_qpn) for conn in conns} | \

@@ -238,10 +238,10 @@ class HarnessDriver:
                 raise HarnessTimeout(f"not done within {timeout_clocks} clocks: "
                                      f"{[len(r.frames) for r in self.recorders]} frames out by port, "
                                      f"{[p.taken() for p in self.players]} in")
-            await Timer(chunk * self.clock_ns, unit="ns")
+            await Timer(round(chunk * self.clock_ns * 1000), unit="ps")
             self.exchange()
 
     async def settle(self, clocks):
         """Run ``clocks`` more clocks, then read everything."""
-        await Timer(clocks * self.clock_ns, unit="ns")
+        await Timer(round(clocks * self.clock_ns * 1000), unit="ps")
         self.exchange()

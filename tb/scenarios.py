@@ -6,7 +6,7 @@ import dataclasses
 import pickle
 
 from ..host.management import Manager, management_address
-from ..host.network import ModelEngine, build_allreduce
+from ..host.network import CLOCK_NS, ModelEngine, build_allreduce
 from ..hw.switch import NetReduceSwitch
 from ..registers import switch_config_writes
 from ..sim.switch_model import SwitchModel
@@ -37,7 +37,8 @@ MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 4096, 4, 4
 def record(setup=None, **kwargs):
     """Run an all-reduce on the golden model (4-packet messages, 4 message slots) and keep what reached
     the switch and what it sent; ``setup(network)`` may add traffic before it runs."""
-    network, _, _ = build_allreduce(engine=lambda config: ModelEngine(config, record=True),
+    clock_ns = CLOCK_NS[kwargs.get("width", 64)]
+    network, _, _ = build_allreduce(engine=lambda config: ModelEngine(config, record=True, clock_ns=clock_ns),
                                     message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS, **kwargs)
     if setup is not None:
         setup(network)

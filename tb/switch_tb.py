@@ -12,6 +12,7 @@ line rate, with preamble and inter-frame gap, and the switch may not hold any of
 """
 
 import collections
+import json
 import pickle
 
 import cocotb
@@ -20,9 +21,14 @@ from cocotb.utils import get_sim_time
 
 from netreduce.egress import CLASSES, default_class_of_frame, default_queue_of_frame
 from netreduce.registers import COUNTERS, address, counter_address, switch_config_writes
+from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.runner import cocotb_params
+from netreduce.sim.switch_model import SwitchModel
 from netreduce.tb.harness_driver import HarnessDriver
 from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
+from netreduce.wire import UC_WRITE_OPCODES
+
+_LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]
 
 
 class Registers:
@@ -162,25 +168,51 @@ def frame_bytes(frame):
     return bytes(frame.tdata if hasattr(frame, "tdata") else frame.data)
 
 
-def check_port(got, expected, queues):
+def check_port(got, expected, queues, droppable=False):
     """The frames out of one port against the model's: equal, and in the model's order within each queue
     of the port's egress stage (default map: a frame of a higher-priority queue, such as a CREDIT, may
-    overtake frames of lower ones; docs/ARCHITECTURE.md, "Egress stage (MLT)")."""
+    overtake frames of lower ones; docs/ARCHITECTURE.md, "Egress stage (MLT)"). With ``droppable``, the
+    egress stage may have dropped bounded-loss results (UC WRITE ONLY with immediate, the frames the switch
+    marks ``lossy``) whole: the frames out are then the model's with some of those left out, and the ones
+    left out are returned."""
     by_queue = [([], []) for _ in range(queues)]
     for side, frames in enumerate((got, expected)):
         for frame in frames:
             by_queue[default_queue_of_frame(frame, queues)][side].append(frame)
+    dropped = []
     for got_q, expected_q in by_queue:
-        check_frames(got_q, expected_q)
+        if not droppable:
+            check_frames(got_q, expected_q)
+            continue
+        left = iter(expected_q)
+        for index, frame in enumerate(got_q):
+            for wanted in left:
+                if wanted == frame:
+                    break
+                assert parse_frame(wanted).header["bth_opcode"] == _LOSSY_OPCODE, \
+                    f"output {index}: a frame the egress stage may not drop is missing: {wanted.hex()}"
+                dropped.append(wanted)
+            else:
+                raise AssertionError(f"output {index} is none of the model's frames left: {frame.hex()}")
+        for wanted in left:
+            assert parse_frame(wanted).header["bth_opcode"] == _LOSSY_OPCODE, \
+                f"a frame the egress stage may not drop is missing at the end: {wanted.hex()}"
+            dropped.append(wanted)
+    return dropped
 
 
-async def check_egress_counters(registers, expected, queues):
-    """Each port's egress counters: the frames and bytes the model sent out of it, by class; no drop."""
+async def check_egress_counters(registers, expected, queues, dropped=None):
+    """Each port's egress counters: the frames and bytes the model sent out of it, by class, and the frames
+    of ``dropped[p]`` (none when ``None``) counted as drops of their class."""
     for p, frames in enumerate(expected):
         for c in range(CLASSES):
             ours = [f for f in frames if default_class_of_frame(f) == c]
-            want = {"frames_out": len(ours), "bytes_out": sum(map(len, ours)), "drops_threshold": 0, "drops_full": 0}
-            got = {name: await registers.read(address("egress", p, f"{name}{c}")) for name in want}
+            lost = [f for f in (dropped[p] if dropped else []) if default_class_of_frame(f) == c]
+            want = {"frames_out": len(ours), "bytes_out": sum(map(len, ours)), "drops": len(lost)}
+            got = {name: await registers.read(address("egress", p, f"{name}{c}"))
+                   for name in ("frames_out", "bytes_out")}
+            got["drops"] = sum([await registers.read(address("egress", p, f"{name}{c}"))
+                                for name in ("drops_threshold", "drops_full")])
             assert got == want, f"port {p}, class {c}: egress counters (rtl) {got}, from the model's frames {want}"
         assert await registers.read(address("egress", p, "drops_oversize")) == 0, f"port {p}: oversize drops"
 
@@ -263,6 +295,62 @@ async def check_counters(registers, scenario):
     differ = {name: (counts[name], scenario["counters"][name]) for name in COUNTERS
               if counts[name] != scenario["counters"][name]}
     assert not differ, f"counters (rtl, model): {differ}"
+
+
+@cocotb.test()
+async def timed_against_model(dut):
+    """A scenario whose outcome depends on time (the bounded-loss class's deadlines): played like
+    ``scenario_against_model`` (the recording's causality kept), then the golden model is run again on the
+    frames as the switch took them, each at its arrival, the clock its first beat went in (the switch's
+    clock and the harness's both count from reset), and the clock moved to the end of the run; every frame out
+    of every port and every counter equal to that run's. The run goes on until every frame is in and then
+    for ``settle`` clocks (past the last deadline)."""
+    params = cocotb_params()
+    with open(params["scenario"], "rb") as file:
+        scenario = pickle.load(file)
+    replay = Replay(dut, params, scenario)
+    await replay.start()
+    inputs = scenario["inputs"]
+    one_by_one = len({port for port, _ in inputs}) > 1
+    for index, ((port, frame), needed) in enumerate(zip(inputs, scenario["after"], strict=True)):
+        replay.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
+    players = replay.bench.players
+    await replay.bench.run(lambda: sum(len(p.stamps) for p in players) == len(inputs),
+                           timeout_clocks=2000 + 8 * sum(len(f) for _, f in inputs) + params["settle"])
+    await replay.bench.settle(params["settle"])
+    end = replay.bench.cycle
+    stamps = [iter(player.stamps) for player in players]
+    arrivals = [next(stamps[port])["first"] for port, _ in inputs]     # of each input, in the scenario's order
+    if params.get("arrivals_out"):
+        with open(params["arrivals_out"], "w") as out:
+            json.dump(arrivals, out)
+    taken = sorted((arrival, index) for index, arrival in enumerate(arrivals))
+    model = SwitchModel(scenario["config"])
+    expected = [[] for _ in range(replay.ports)]
+    for arrival, index in taken:
+        port, frame = inputs[index]
+        for out_port, out in model.receive(port, frame, now=arrival):
+            expected[out_port].append(out)
+    for out_port, out in model.advance(end):
+        expected[out_port].append(out)
+    got = [[frame.data for frame in recorder.frames] for recorder in replay.bench.recorders]
+    queues = params.get("egress_queues", 4)
+    dropped = []
+    for p, recorder in enumerate(replay.bench.recorders):
+        dropped.append(check_port(got[p], expected[p], queues, droppable=True))
+        assert recorder.pauses == 0, f"port {p}: frames out paused for {recorder.pauses} clocks in the middle"
+    await check_counters(replay.registers, {"counters": model.counters})
+    await check_egress_counters(replay.registers, got, queues, dropped)
+    if params.get("deadlines"):
+        assert model.counters["deadline_completions"] > 0, "no deadline fired"
+    if params.get("drops"):
+        assert any(dropped), "the egress stage dropped nothing"
+    if params.get("late"):
+        counters = model.counters
+        assert counters["late"] and counters["contributors_2"], f"not both sides of the deadline: {counters}"
+    dut._log.info("%d frames in, %s out (by port), all equal to the model's run at the switch's arrivals; "
+                  "deadline completions %d; %s dropped by the egress stages", len(inputs), [len(g) for g in got],
+                  model.counters["deadline_completions"], [len(d) for d in dropped])
 
 
 async def scenario_through_macs(dut, params, scenario):
@@ -422,9 +510,10 @@ async def closed_loop(dut):
     import json
 
     from netreduce.host.faults import FaultSpec
-    from netreduce.host.network import build_allreduce
+    from netreduce.host.network import build_allreduce, lossy_report, lossy_results_match
 
     params = cocotb_params()
+    lossy = params.get("lossy")         # the bounded-loss class: traffic_class, deadline_us, loss_bound, rescale
     spec = FaultSpec(loss=params.get("loss", 0.0), duplicate=params.get("dup", 0.0),
                      reorder=params.get("reorder", 0.0), corrupt=params.get("corrupt", 0.0))
     inputs = None
@@ -436,7 +525,8 @@ async def closed_loop(dut):
         jobs=params["job_count"], message_packets=params["message_packets"],
         message_slots=params["message_slots"], seed=params.get("seed", 0), inputs=inputs, faults_up=spec,
         faults_down=spec, width=params["width"], ports=params["ports"], engine=RtlEngine,
-        start_psn=params.get("start_psn"), start_msg=params.get("start_msg", 0), pcap=params.get("pcap"))
+        start_psn=params.get("start_psn"), start_msg=params.get("start_msg", 0), pcap=params.get("pcap"),
+        **(lossy or {}))
     engine = network.engine
     tb = TB(dut, params)
     await tb.reset()
@@ -450,12 +540,19 @@ async def closed_loop(dut):
     engine.counters.update(await tb.registers.counters())
     summary = network.summary()
     network.close()
-    summary.update(match=results_match(network, jobs, inputs), clocks=int(now() / CLOCK_NS))
+    if lossy:
+        summary.update(match=network.status == "done" and lossy_results_match(network, inputs))
+        summary["lossy"] = {"deadline_us": lossy["deadline_us"], "loss_bound": lossy["loss_bound"],
+                            "rescale": lossy["rescale"], **lossy_report(network, inputs, summary)}
+    else:
+        summary.update(match=results_match(network, jobs, inputs))
+    summary.update(clocks=int(now() / CLOCK_NS))
     with open(params["out"], "w") as out:
         json.dump(summary, out)
     if params.get("dump"):
         with open(params["dump"], "wb") as file:
-            pickle.dump({(w.job.job, w.index): (inputs[w.job.job][w.index], w.result) for w in network.workers},
+            pickle.dump({(w.job.job, w.index): (inputs[w.job.job][w.index], w.result,
+                                                *([w.contributors] if lossy else [])) for w in network.workers},
                         file)
 
 

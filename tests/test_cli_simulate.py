@@ -158,8 +158,6 @@ def test_pcap_dissected_by_tshark(faulty_capture):
     (["--workers", "2", "--bytes", "8", "--start-msg", "-1"], "32-bit message number"),
     (["--workers", "2", "--bytes", "8", "--waves", "out.vcd"], "--engine rtl"),
     (["--workers", "2", "--bytes", "8", "--pcap", "no/such/folder/out.pcapng"], "cannot write"),
-    (["--workers", "2", "--bytes", "8", "--engine", "rtl", "--class", "lossy"],
-     "the RTL does not implement the bounded-loss class yet"),
     (["--workers", "2", "--bytes", "8", "--deadline-us", "5"], "--class lossy"),
     (["--workers", "2", "--bytes", "8", "--loss-bound", "0.1"], "--class lossy"),
     (["--workers", "2", "--bytes", "8", "--no-rescale"], "--class lossy"),

@@ -123,10 +123,10 @@ def test_writes_and_reads():
     assert model.counters["management_requests"] == 9 and model.counters["frames_out"] == 9
 
 
-def loaded(workers):
+def loaded(workers, **kwargs):
     """The configuration of an all-reduce of ``workers`` workers in 2 jobs on 2 ports, and a register file
     written with it."""
-    network, _, _ = build_allreduce(workers=workers, jobs=2, ports=2)
+    network, _, _ = build_allreduce(workers=workers, jobs=2, ports=2, **kwargs)
     config = network.engine.model.config
     registers = RegisterFile(BUILD, reset={("job", j, "mtu"): BUILD["mtu"] for j in range(BUILD["jobs"])})
     for word_address, word in switch_config_writes(config, BUILD["workers"]):
@@ -134,9 +134,12 @@ def loaded(workers):
     return config, registers
 
 
-def test_register_file_inverts_the_configuration_writes():
-    config, registers = loaded(3)
+@pytest.mark.parametrize("traffic_class", ["reliable", "lossy"])
+def test_register_file_inverts_the_configuration_writes(traffic_class):
+    """Bounded-loss jobs too: their class, deadline and the receivers' R_Keys are registers."""
+    config, registers = loaded(3, traffic_class=traffic_class)
     assert config_from_registers(registers, BUILD) == normalized(config)
+    assert {job.traffic_class.value for job in config_from_registers(registers, BUILD).jobs} == {traffic_class}
 
 
 def test_configurations_no_switch_config_holds_are_left_out():

@@ -34,8 +34,8 @@ def host(i):
 
 
 def config():
-    """Two jobs (ids 5 and 9, the second with 2 of the 3 workers), hosts on both ports, one requester
-    in VLAN 7."""
+    """Two jobs (ids 5 and 9, the second a bounded-loss job with 2 of the 3 workers: its data frames' port
+    is not part of their binding), hosts on both ports, one requester in VLAN 7."""
     connections = []
     for j, (job, workers) in enumerate(((5, 3), (9, 2))):
         for w in range(workers):
@@ -43,9 +43,10 @@ def config():
             connections.append(ConnectionConfig(
                 job, w, host(req)[0], host(req)[1], 0x100 + 16 * j + w, host(resp)[0], host(resp)[1],
                 0x200 + 16 * j + w, 1000 * w, requester_port=req % PORTS, responder_port=resp % PORTS,
-                requester_vlan=7 if (j, w) == (0, 1) else None))
+                requester_vlan=7 if (j, w) == (0, 1) else None, responder_rkey=0x77 if j else None))
     return SwitchConfig(mac="02:4e:52:00:00:01", ip="10.0.255.1", ports=PORTS,
-                        jobs=[JobConfig(5, 3), JobConfig(9, 2)], connections=connections)
+                        jobs=[JobConfig(5, 3), JobConfig(9, 2, traffic_class="lossy", deadline_clocks=100)],
+                        connections=connections)
 
 
 def side(conn, name):
@@ -162,7 +163,8 @@ def test_match_agrees_with_the_model():
         ctx.set(dut.switch, SwitchAddress.const({"mac": mac_to_int(cfg.mac), "ip": ip_to_int(cfg.ip),
                                                  "control_port": cfg.control_port}))
         for j, job in enumerate(cfg.jobs):
-            ctx.set(dut.jobs[j], JobEntry.const({"valid": 1, "id": job.job, "workers": job.workers}))
+            ctx.set(dut.jobs[j], JobEntry.const({"valid": 1, "id": job.job, "workers": job.workers,
+                                                 "lossy": job.lossy}))
         for conn in cfg.connections:
             c = [job.job for job in cfg.jobs].index(conn.job) * WORKERS + conn.worker
             entry = {"valid": 1, "requester_qpn": conn.requester_qpn, "responder_qpn": conn.responder_qpn}
@@ -207,3 +209,7 @@ def test_match_agrees_with_the_model():
             assert match.conn == connection_index(cfg, header, kind)
     for kind in ("spoofed", "control", "stray", "ack", "data", "management", "refused", "none"):
         assert kind in kinds, kind       # the table reaches every class
+    # a bounded-loss job's data frame on the wrong port is still its worker's
+    lossy_data = [(port, out.match.conn) for (port, _), out in zip(frames, seen, strict=True)
+                  if out.match.data and out.match.conn // WORKERS == 1]
+    assert {port for port, _ in lossy_data} == {0, 1}

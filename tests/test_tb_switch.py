@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from test_lossy_model import Fabric, elements
 
 from netreduce.host import attacks
 from netreduce.host.attacks import NEAR_WRAP, attacker
@@ -241,6 +242,29 @@ def test_simulate_closed_loop_on_the_rtl(tmp_path):
             np.testing.assert_array_equal(arrays[f"job{job}_worker{w}_result"].view(np.uint32), expected)
 
 
+def test_simulate_bounded_loss_on_the_rtl(tmp_path):
+    """`netreduce simulate --engine rtl --class lossy` (the fp32x64 build): bounded-loss workers around the
+    running Verilog, with loss on both sides: deadlines fire, lost results are asked for again, and every
+    element of every result is the tree sum of exactly the contributors its bitmap names."""
+    from test_cli_simulate import check_partial_sums
+
+    dump = tmp_path / "out.npz"
+    result = subprocess.run([sys.executable, "-m", "netreduce", "simulate", "--engine", "rtl", "--class", "lossy",
+                             "--workers", "8", "--jobs", "2", "--ports", "2", "--mtu", "4096", "--bytes", "40000",
+                             "--loss", "0.05", "--seed", "3", "--dump", str(dump)],
+                            capture_output=True, text=True, timeout=3000)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["engine"] == "rtl" and summary["class"] == "lossy"
+    assert summary["match"] is True and summary["status"] == "done"
+    assert summary["deadline_completions"] == summary["counters"]["deadline_completions"] > 0
+    assert summary["counters"]["results_resent"] > 0
+    histogram = summary["contributors_histogram"]
+    assert set(histogram) == {*map(str, range(8)), "8_or_more"} and histogram["8_or_more"] > 0
+    contributors = check_partial_sums(np.load(dump), 2, 8, 10000)
+    assert ((contributors != 0) & (contributors != 0xFF)).any()         # partial sums were delivered
+
+
 @pytest.mark.parametrize("build", ["fp32x64", "fp32x512"])
 def test_configured_in_band(tmp_path, build):
     """The switch leaves reset knowing only its management address (docs: "In-band control plane"): its
@@ -270,3 +294,78 @@ def test_configured_in_band(tmp_path, build):
                and frame[:6] == switch.management.manager_mac.to_bytes(6, "big")]
     assert len(replies) == counters["management_requests"] > len(reads)
     replay(tmp_path, scenario, build, idle=0.05, backpressure=0.1, seed=21)
+
+
+def lossy(width, **kwargs):
+    """A bounded-loss all-reduce recorded on the model: ``kwargs`` for :func:`record`."""
+    scenario = record(traffic_class="lossy", width=width, **kwargs)
+    assert scenario["status"] == "done"
+    return scenario
+
+
+def replay_timed(tmp_path, scenario, build, **params):
+    """The bounded-loss class: the model run again at the switch's arrivals (``timed_against_model``), the run
+    going on for two deadlines past the last frame in."""
+    deadline = max(job.deadline_clocks for job in scenario["config"].jobs)
+    scenarios.replay(tmp_path, scenario, build, testcase="timed_against_model", settle=2 * deadline + 2000,
+                     **params)
+
+
+def test_bounded_loss_lost_contributions_512(tmp_path):
+    """Contributions lost before the switch: their messages complete at their deadlines with the others'
+    values, results carry the bitmap; under backpressure the egress stage drops bounded-loss results whole,
+    and counts them. Every frame out is the model's (at the RTL's arrivals), every counter equal."""
+    scenario = lossy(512, workers=4, nbytes=6000, mtu=1024, faults_up=FaultSpec(loss=0.1), seed=3)
+    replay_timed(tmp_path, scenario, "fp32x512", backpressure=0.5, seed=3, deadlines=True, drops=True)
+
+
+def test_bounded_loss_faults_both_sides_two_ports_64(tmp_path):
+    """Loss, duplication and reordering on both sides, two jobs, hosts on two ports: late and duplicate
+    contributions, results lost on the way down and asked for again (RESULT_REQUEST), credits; with
+    random idle cycles and backpressure."""
+    faults = FaultSpec(loss=0.05, duplicate=0.05, reorder=0.05)
+    scenario = lossy(64, workers=4, jobs=2, ports=2, nbytes=5000, mtu=512, faults_up=faults, faults_down=faults,
+                     seed=13)
+    counters = scenario["counters"]
+    assert counters["results_resent"] and counters["result_requests_stale"] and counters["duplicates_dropped"]
+    replay_timed(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.1, seed=13, deadlines=True)
+
+
+FILLER = bytes.fromhex("029900000001" "029900000002" "88b5") + bytes(46)     # forwarded, to the default port
+
+
+def deadline_sweep(ports, plan, deadline):
+    """Directed traffic around a deadline: for message s, with ``(gap, n) = plan[s]``, worker 0's contribution
+    of ``n`` elements opens it, ``gap`` 60-byte frames of no connection follow, then worker 1's contribution,
+    which comes before the deadline (the message completes full) or at or after it (the deadline completes it
+    with worker 0 alone, and the contribution is late), depending on where it arrives."""
+    fabric = Fabric(workers=2, ports=ports, deadline=deadline)
+    rng = np.random.default_rng(1)
+    inputs = []
+    for seq, (gap, n) in enumerate(plan):
+        inputs.append((0, fabric.contribution(0, seq, elements(rng, n))))
+        inputs += [(0, FILLER)] * gap
+        inputs.append((1 % ports, fabric.contribution(1, seq, elements(rng, n))))
+    return {"config": fabric.config, "inputs": inputs, "after": [0] * len(inputs), "outputs": [[]] * len(inputs)}
+
+
+@pytest.mark.parametrize("build", ["fp32x512", "fp32x64"])
+def test_bounded_loss_deadline_against_arrivals(tmp_path, build):
+    """Worker 1's contributions arrive from well before to well after their message's deadline (the gap and
+    the contributions' lengths swept, random idle cycles between): the RTL fires each deadline before exactly
+    the frames that arrived at or after it, as the model does at the RTL's arrival clocks; the sweep covers
+    arrivals one clock before the deadline and at it (worker 0's contribution opens each message at its own
+    arrival)."""
+    deadline, width = 48, scenarios.SWITCH_BUILDS[build]["width"]
+    filler_clocks = -(-len(FILLER) // (width // 8)) + 1
+    # (n up to 12: 16 + 4n bytes within the job's MTU of 64)
+    plan = [(gap, n) for gap in range(deadline // filler_clocks + 2) for n in range(8, 13) for _ in range(4)]
+    scenario = deadline_sweep(scenarios.SWITCH_BUILDS[build].get("ports", 1), plan, deadline)
+    out = tmp_path / "arrivals.json"
+    scenarios.replay(tmp_path, scenario, build, testcase="timed_against_model", settle=2000, deadlines=True,
+                     late=True, idle=0.3, seed=5, arrivals_out=str(out))
+    arrivals, offsets, at = json.loads(out.read_text()), set(), 0
+    for gap, _ in plan:
+        offsets.add(arrivals[at + gap + 1] - arrivals[at])
+        at += gap + 2
+    assert {deadline - 1, deadline} <= offsets, str(sorted(offsets))

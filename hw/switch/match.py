@@ -7,8 +7,9 @@ headers arrive, ahead of the monitor:
 - ``spoofed``: the frame's source MAC is the switch's (or its management MAC), or it is IPv4 from the
   switch's address (or its management address) (rule 2);
   or its key is registered (an ACK's ACK key, any other RoCE frame's data key) but it is not *bound* to
-  that connection: it did not arrive on that side's port, from its MAC, in its VLAN, or is not addressed
-  to the other side's MAC and IPv4 address (rule 5);
+  that connection: it did not arrive on that side's port (not compared for the data frames of a
+  bounded-loss job, which MLT sprays over every port), from its MAC, in its VLAN, or is not addressed to
+  the other side's MAC and IPv4 address (rule 5);
 - ``control``: IPv4 UDP, not RoCE, to the control port and the switch's address (rule 3); ``stray``: the
   same to any other address (dropped: control traffic flows only between the switch and hosts);
 - ``ack``, ``data``: a bound ACK, a bound frame of the data key, with ``conn`` its connection (c = j N + w);
@@ -78,8 +79,8 @@ class ConnectionMatch(wiring.Component):
         def registered(c):
             return self.connections[c].valid & self.jobs[c // N].valid
 
-        def comes_from(place):
-            return (port == place.port) & (h.eth_src == place.mac) & (vlan == place.vlan)
+        def comes_from(place, any_port=0):
+            return ((port == place.port) | any_port) & (h.eth_src == place.mac) & (vlan == place.vlan)
 
         def goes_to(place):
             return (h.eth_dst == place.mac) & (ip_dst == place.ip)
@@ -97,7 +98,9 @@ class ConnectionMatch(wiring.Component):
                                   & (h.bth_dest_qp == conns[c].responder_qpn) for c in range(C)])),
             now.ack_key.eq(Cat(*[registered(c) & (ip_src == conns[c].responder.ip)
                                  & (h.bth_dest_qp == conns[c].requester_qpn) for c in range(C)])),
-            now.data_bound.eq(Cat(*[comes_from(conn.requester) & goes_to(conn.responder) for conn in conns])),
+            # (a bounded-loss job's data frames are sprayed over every port: their port is not compared)
+            now.data_bound.eq(Cat(*[comes_from(conn.requester, self.jobs[c // N].lossy) & goes_to(conn.responder)
+                                    for c, conn in enumerate(conns)])),
             now.ack_bound.eq(Cat(*[comes_from(conn.responder) & goes_to(conn.requester) for conn in conns])),
             now.roce4.eq(roce4), now.acknowledge.eq(h.bth_opcode == _ACKNOWLEDGE),
             now.own.eq((h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))),

@@ -31,9 +31,10 @@ COUNTER_BITS = 32
 # where one side of a connection lives: the VLAN as its register holds it (0: untagged; 0x1000 + VID)
 Place = data.StructLayout({"mac": 48, "ip": 32, "port": 8, "vlan": 13})
 SwitchAddress = data.StructLayout({"mac": 48, "ip": 32, "control_port": 16, "default_port": 8})
-JobEntry = data.StructLayout({"valid": 1, "id": 16, "workers": 8, "mtu": 13, "start_msg": 32})
+JobEntry = data.StructLayout({"valid": 1, "id": 16, "workers": 8, "mtu": 13, "start_msg": 32, "lossy": 1,
+                              "deadline": 32})
 ConnectionEntry = data.StructLayout({"valid": 1, "requester": Place, "requester_qpn": 24, "responder": Place,
-                                     "responder_qpn": 24, "start_psn": 24})
+                                     "responder_qpn": 24, "start_psn": 24, "responder_rkey": 32})
 ForwardingEntry = data.StructLayout({"valid": 1, "mac": 48, "port": 8})
 
 
@@ -94,7 +95,8 @@ class SwitchRegisters(wiring.Component):
         targets = {f"switch.{name}": [self.switch[name]] for name in ("mac", "ip", "control_port", "default_port")}
         targets.update({f"job.{name}": fields_of(jobs, J, field)
                         for name, field in (("id", "id"), ("workers", "workers"), ("enable", "valid"),
-                                            ("mtu", "mtu"), ("start_msg", "start_msg"))})
+                                            ("mtu", "mtu"), ("start_msg", "start_msg"),
+                                            ("traffic_class", "lossy"), ("deadline_clocks", "deadline"))})
         targets.update({f"forwarding.{name}": fields_of(fwd, E, field)
                         for name, field in (("mac", "mac"), ("port", "port"), ("enable", "valid"))})
         for side in ("requester", "responder"):
@@ -102,6 +104,7 @@ class SwitchRegisters(wiring.Component):
                 targets[f"connection.{side}_{name}"] = fields_of(conns, C, side, name)
             targets[f"connection.{side}_qpn"] = fields_of(conns, C, f"{side}_qpn")
         targets["connection.start_psn"] = fields_of(conns, C, "start_psn")
+        targets["connection.responder_rkey"] = fields_of(conns, C, "responder_rkey")
         targets["connection.enable"] = fields_of(conns, C, "valid")
         readable = {f"counters.{name}": self.counters[i] for i, name in enumerate(COUNTERS)}
         transforms = {"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)}

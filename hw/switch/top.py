@@ -52,13 +52,13 @@ import dataclasses
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from ...egress import MAX_DEPTH_BEATS
-from ...registers import COUNTERS
+from ...registers import COUNTERS, HISTOGRAM_COUNTERS
 from ...wire import (
     AGG_MAGIC,
     AGG_VERSION,
@@ -76,6 +76,7 @@ from ...wire import (
     MANAGEMENT_MAGIC,
     MANAGEMENT_VERSION,
     MAX_HEADER_BYTES,
+    UC_WRITE_OPCODES,
     UDP_HEADER,
     ControlType,
     ManagementAddress,
@@ -105,6 +106,8 @@ _LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
 _WRITE_OPCODES = (0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
 _ACKNOWLEDGE = 0x11
 _NAK_SEQUENCE = 0x60
+_LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # a bounded-loss job's one data opcode (0x2B)
+_MSG_SEQ_BYTE = 11          # the last (least significant) byte of the aggregation header's msg_seq
 _GOOD_VERDICT = 0b111       # icrc_ok, ipv4_csum_ok, len_ok
 
 
@@ -246,6 +249,16 @@ class NetReduceSwitch(wiring.Component):
             wiring.connect(m, router.o[p], stage.i)
             frames_to_axis(m, stage.o, self.m_axis[p])
         wiring.connect(m, arbiter.o, parser.i)
+        # The switch's clock, and each frame's arrival (the clock its first beat went in), for the deadlines of
+        # the bounded-loss class: a message opens at its opening frame's arrival, and a deadline fires before
+        # every frame that arrived at or after it (docs "Bounded-loss class (MLT)", "Time"). The FIFO holds a
+        # stamp for each frame between the arbiter and the monitor: at most the arbiter's 32 (``frame_port``),
+        # the match's 5 and the parser's, well under 64.
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        m.submodules.arrivals = arrivals = SyncFIFO(width=32, depth=64)
+        m.d.comb += [arrivals.w_en.eq(arbiter.o.valid & arbiter.o.ready & arbiter.o.payload.first),
+                     arrivals.w_data.eq(now)]
         wiring.connect(m, deparser.o, class_join.i)
         replies_sent = Signal()         # a management reply started (frames_out)
         if self.management is not None:
@@ -300,18 +313,27 @@ class NetReduceSwitch(wiring.Component):
         job_valid, job_id = field(regs.jobs, J, "valid"), field(regs.jobs, J, "id")
         job_n, job_mtu = field(regs.jobs, J, "workers"), field(regs.jobs, J, "mtu")
         job_start_msg = field(regs.jobs, J, "start_msg")
+        job_lossy, job_deadline = field(regs.jobs, J, "lossy"), field(regs.jobs, J, "deadline")
+        if K < 2:       # a bounded-loss job needs two message slots at least (its window is half of them)
+            job_lossy = Array(Const(0, 1) for _ in range(J))
+        W_lossy = max(1, K // 2)        # a bounded-loss job's window (its other half keeps results for requests)
         job_oldest = registers(J, 32, "job_oldest")
         conn_valid, start_psn = field(regs.connections, C, "valid"), field(regs.connections, C, "start_psn")
         req_mac, req_ip = field(regs.connections, C, "requester", "mac"), field(regs.connections, C, "requester", "ip")
         req_qpn, resp_qpn = field(regs.connections, C, "requester_qpn"), field(regs.connections, C, "responder_qpn")
         req_port, req_vlan = (field(regs.connections, C, "requester", "port"),
                               field(regs.connections, C, "requester", "vlan"))
+        resp_mac, resp_ip, resp_vlan = (field(regs.connections, C, "responder", name) for name in ("mac", "ip", "vlan"))
+        resp_rkey = field(regs.connections, C, "responder_rkey")
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
         in_msg, cur_k = registers(C, 1, "in_msg"), registers(C, k_bits, "cur_k")
         cur_first = registers(C, 24, "cur_first")      # the first PSN of the connection's current message
         msg_busy, msg_seq = registers(J * K, 1, "msg_busy"), registers(J * K, 32, "msg_seq")
+        # a bounded-loss message (FREE: not busy; OPEN; COMPLETE) and the clock it opened at; its bitmap and
+        # length are those of its packet slot 0
+        msg_complete, msg_opened = registers(J * K, 1, "msg_complete"), registers(J * K, 32, "msg_opened")
         wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
         wk_first = registers(J * K * N, 24, "wk_first")
         wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
@@ -320,7 +342,9 @@ class NetReduceSwitch(wiring.Component):
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
         # RESULTS descriptors of each message not yet sent in full: a message is not released before
         # its results have left, even if an ACK (which no real NIC sends this early) says otherwise
-        msg_unsent = registers(J * K, ceil_log2(M + 1), "msg_unsent")
+        # (a bounded-loss message's result descriptors, resends included: fewer than the descriptors queue holds
+        # and the emitter's four, far fewer than 2^8)
+        msg_unsent = registers(J * K, 8, "msg_unsent")
         unsent_add, unsent_sub = Signal(), Signal()
         unsent_add_at, unsent_sub_at = Signal(range(J * K)), Signal(range(J * K))
         for i in range(J * K):
@@ -358,6 +382,9 @@ class NetReduceSwitch(wiring.Component):
             "own": 8 * _OWN_BYTES,
             "job": job_bits, "k": k_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1,
             "value": 32,
+            # a bounded-loss result: built from the template's stored header for each receiver, the contributor
+            # bitmap its immediate; ``resend``: to one receiver again, from a finished sum
+            "lossy": 1, "resend": 1, "bitmap": N, "template": worker_bits,
         })
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
         m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=64)
@@ -404,6 +431,7 @@ class NetReduceSwitch(wiring.Component):
         h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
         Plan = data.StructLayout({
             "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
+            "lossy": 1,         # a data frame of a bounded-loss job
             "conn": conn_bits, "job": job_bits, "worker": worker_bits,
             "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
             "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
@@ -481,14 +509,18 @@ class NetReduceSwitch(wiring.Component):
         acked_through = Cat(*[Mux(advance & (conn_worker == w),
                                   _not_behind(through, view.last[PSN_BITS * w:][:PSN_BITS]), view.delivered[w])
                               for w in range(N)])
-        look_releases = view.oldest_held & (view.outside | (view.closed & acked_through)).all()
+        look_lossy = hm.data & job_lossy[conn_job]
+        # (a bounded-loss job's messages are released by their completion, never by an ACK)
+        look_releases = view.oldest_held & (view.outside | (view.closed & acked_through)).all() & ~job_lossy[conn_job]
         m.d.comb += [
             look.control.eq(hm.control),
             look.plain.eq(~roce4),
             look.ack.eq(hm.ack),
             look.data.eq(hm.data),
+            look.lossy.eq(look_lossy),
             look.conn.eq(conn), look.job.eq(conn_job), look.worker.eq(conn_worker),
-            look.write_op.eq(Cat(*[opcode == op for op in _WRITE_OPCODES]).any()),
+            look.write_op.eq(Mux(look_lossy, opcode == _LOSSY_OPCODE,
+                                 Cat(*[opcode == op for op in _WRITE_OPCODES]).any())),
             look.gap.eq((distance != 0) & (distance < _HALF)),
             look.in_seq.eq(distance == 0),
             look.behind.eq(distance >= _HALF),
@@ -498,7 +530,7 @@ class NetReduceSwitch(wiring.Component):
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
             look.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != view.next_seq))
                                         & ((view.next_seq - job_oldest[conn_job])[:32] < K))),
-            look.length_ok.eq((packet_index < M) & (h.bth_pad == 0) & (length[:2] == 0)
+            look.length_ok.eq(((packet_index < M) | look_lossy) & (h.bth_pad == 0) & (length[:2] == 0)
                               & (length <= job_mtu[conn_job])),
             # the packet slot: it takes this length (empty, or holding packets of the same length), the
             # bitmap with this worker, whether that completes it, and its result slot
@@ -537,9 +569,10 @@ class NetReduceSwitch(wiring.Component):
         forwarding, contributing = Signal(), Signal()
         m.d.comb += [
             forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
-                          & (plan.plain | plan.ack | ~plan.data | ~plan.write_op | plan.gap
-                             | (plan.in_seq & ~plan.seq_ok) | (plan.behind & ~plan.dup_found))),
-            contributing.eq(~plan.control & ~plan.plain & plan.data & plan.write_op & plan.in_seq
+                          & (plan.plain | plan.ack | ~plan.data | ~plan.write_op
+                             | (~plan.lossy & (plan.gap | (plan.in_seq & ~plan.seq_ok)
+                                               | (plan.behind & ~plan.dup_found))))),
+            contributing.eq(~plan.control & ~plan.plain & plan.data & ~plan.lossy & plan.write_op & plan.in_seq
                             & plan.seq_ok & plan.credit_ok & plan.length_ok),
         ]
 
@@ -551,6 +584,43 @@ class NetReduceSwitch(wiring.Component):
         write = slots.write[0]
         m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
                      write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
+
+        # A bounded-loss contribution goes to packet slot 0 of message slot k = msg_seq mod K, k from byte 11 of
+        # its payload (in payload beat ``key_beat``); where that is not the first beat (64 bits), each beat is
+        # written into the bank a beat late (the last one in LOSSY_READ). A bank word is written only where the
+        # worker's bit of the slot is clear, or where the slot's message is complete and its results have left
+        # (its sum has read the banks); a frame for a slot whose sum is still to read them waits at the key beat.
+        key_beat, key_lane = _MSG_SEQ_BYTE // B, _MSG_SEQ_BYTE % B
+        lossy_delay = key_beat
+        lossy_writing = plan.lossy & plan.write_op
+        key_k = beat.data[8 * key_lane:8 * key_lane + k_bits]
+        lossy_k, lossy_write_ok, held_word = Signal(k_bits), Signal(), Signal(W)
+        at_key = beat_index == key_beat
+        k_now = Mux(at_key, key_k, lossy_k)
+        lossy_beat = Signal(range(frame_beats + 2))
+        m.d.comb += lossy_beat.eq(beat_index - lossy_delay)
+
+        def lossy_slot(job, k):
+            """Packet slot 0 of message slot ``k`` of ``job``."""
+            return (job * K + k) * M
+
+        def worker_bit(k):
+            return (pk_bitmap[lossy_slot(plan.job, k)] >> plan.worker)[0]
+
+        def results_left(k):
+            message = plan.job * K + k
+            return msg_complete[message] & (msg_unsent[message] == 0)
+
+        def bank_free(k):
+            return ~worker_bit(k) | results_left(k)
+
+        lossy_wait = lossy_writing & at_key & worker_bit(key_k) & msg_complete[plan.job * K + key_k] & \
+            ~results_left(key_k)
+        lossy_write_now = lossy_writing & (beat_index >= key_beat) & (lossy_beat < Pb) & \
+            Mux(at_key, bank_free(key_k), lossy_write_ok)
+        with m.If(plan.lossy):
+            m.d.comb += [write.slot.eq(lossy_slot(plan.job, k_now)), write.beat.eq(lossy_beat[:beat_bits]),
+                         write.data.eq(held_word if lossy_delay else beat.data)]
         # the frame so far with the beat on the parser's output: what the commit sees on the last beat
         verdict, stream_total = Signal(3), Signal(16)
         window_now = Signal(8 * _WINDOW_BYTES)
@@ -592,12 +662,16 @@ class NetReduceSwitch(wiring.Component):
         header_beats = -(-len(expected_header(0, 0)) // B)
         agg_expect, agg_lanes, agg_so_far = Signal(W), Signal(B), Signal()
 
-        def expect_beat(number, job, seq):
-            """Set the expected bytes and checked lanes for payload beat ``number``."""
+        seq_bytes = range(_MSG_SEQ_BYTE - 3, _MSG_SEQ_BYTE + 1)
+
+        def expect_beat(number, job, seq, lossy):
+            """Set the expected bytes and checked lanes for payload beat ``number`` (a bounded-loss
+            contribution's ``msg_seq`` names its message: not checked)."""
             expected = expected_header(job, seq)
             lanes = [number * B + lane for lane in range(B)]
             checked = [i < len(expected) and expected[i] is not None for i in lanes]
-            return [agg_lanes.eq(Cat(*[Const(c) for c in checked])),
+            return [agg_lanes.eq(Cat(*[(~lossy if i in seq_bytes else Const(1)) if c else Const(0)
+                                       for i, c in zip(lanes, checked, strict=True)])),
                     agg_expect.eq(Cat(*[expected[i] if c else Const(0, 8)
                                         for i, c in zip(lanes, checked, strict=True)]))]
 
@@ -606,7 +680,9 @@ class NetReduceSwitch(wiring.Component):
         agg_ok = reaches("aggregation_header", 16, 16) & agg_so_far & agg_beat_ok
         # a control request (the rare case: checked in clocks of its own, CONTROL_PARSE, CONTROL_CHECK, CONTROL,
         # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
-        Request = data.StructLayout({"ok": 1, "found": 1, "j": job_bits, "worker": 8})
+        # ``results``: a RESULT_REQUEST (a bounded-loss receiver asks for message ``value`` again), else a
+        # CREDIT_REQUEST
+        Request = data.StructLayout({"ok": 1, "found": 1, "j": job_bits, "worker": 8, "results": 1, "value": 32})
         parsed_request, request = Signal(Request), Signal(Request)
         request_job = Signal(16)
 
@@ -620,9 +696,12 @@ class NetReduceSwitch(wiring.Component):
                     parsed_request.ok.eq((stream_bytes >= at + 12) & (h.udp_len >= 8 + 12)
                                          & (_big_endian(kept_byte, at, 2) == CONTROL_MAGIC)
                                          & (_big_endian(kept_byte, at + 2, 1) == CONTROL_VERSION)
-                                         & (_big_endian(kept_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)),
+                                         & ((_big_endian(kept_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)
+                                            | (_big_endian(kept_byte, at + 3, 1) == ControlType.RESULT_REQUEST))),
+                    parsed_request.results.eq(_big_endian(kept_byte, at + 3, 1) == ControlType.RESULT_REQUEST),
                     request_job.eq(_big_endian(kept_byte, at + 4, 2)),
                     parsed_request.worker.eq(_big_endian(kept_byte, at + 6, 1)),
+                    parsed_request.value.eq(_big_endian(kept_byte, at + 8, 4)),
                 ]
         for j in reversed(range(J)):
             with m.If(job_valid[j] & (job_id[j] == request_job)):
@@ -630,11 +709,16 @@ class NetReduceSwitch(wiring.Component):
         request_j, request_worker = request.j, request.worker
         request_conn = request_j * N + request_worker[:worker_bits]
         request_valid = Signal()       # registered in CONTROL_CHECK
-        # from the worker's requester as bound: its IP, MAC, port and VLAN
-        request_found_valid = (request.ok & request.found & (request_worker < job_n[request_j])
-                               & conn_valid[request_conn] & (req_ip[request_conn] == ip_src)
-                               & (req_mac[request_conn] == h.eth_src) & (req_port[request_conn] == hm.port)
-                               & (req_vlan[request_conn] == vlan_of(h)))
+        # a CREDIT_REQUEST from the worker's requester as bound: its IP, MAC, port and VLAN; a RESULT_REQUEST
+        # (bounded-loss jobs only) from its responder: IP, MAC and VLAN; a bounded-loss job's port is not compared
+        request_lossy = job_lossy[request_j]
+        request_found_valid = (
+            request.ok & request.found & (request_worker < job_n[request_j]) & conn_valid[request_conn]
+            & Mux(request.results,
+                  request_lossy & (resp_ip[request_conn] == ip_src) & (resp_mac[request_conn] == h.eth_src)
+                  & (resp_vlan[request_conn] == vlan_of(h)),
+                  (req_ip[request_conn] == ip_src) & (req_mac[request_conn] == h.eth_src)
+                  & ((req_port[request_conn] == hm.port) | request_lossy) & (req_vlan[request_conn] == vlan_of(h))))
 
         # a management request from the manager (the match has checked its addresses: untagged, so the UDP
         # payload follows 42 bytes), checked in MANAGEMENT from the frame as kept; the agent applies it
@@ -656,7 +740,8 @@ class NetReduceSwitch(wiring.Component):
             agent_ready = Const(1)
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK", "MANAGE")
+        OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK", "MANAGE",
+                    "LOSSY", "RESULT_REQUEST")
         OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
         R = {name: i for i, name in enumerate(COUNTERS)}
 
@@ -691,6 +776,8 @@ class NetReduceSwitch(wiring.Component):
             with m.Elif(plan.data):
                 with m.If(~plan.write_op):
                     m.d.comb += decide("FORWARD", "passthrough_opcode")
+                with m.Elif(plan.lossy):        # decided in LOSSY (``lossy_committing``)
+                    m.d.comb += outcome_.eq(OUTCOME["LOSSY"])
                 with m.Elif(plan.gap):
                     m.d.comb += decide("FORWARD_GAP", "passthrough_gap")
                 with m.Elif(plan.behind):
@@ -718,8 +805,12 @@ class NetReduceSwitch(wiring.Component):
 
         by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
+        lossy_committing = Signal()     # the monitor is in LOSSY: a bounded-loss contribution is decided
+        lossy_go, lossy_reason = Signal(), Signal(range(len(COUNTERS)))     # its decision (LOSSY)
         intended = Signal(range(len(OUTCOMES)))
-        m.d.comb += intended.eq(Mux(managing, OUTCOME["MANAGE"], Mux(checking, OUTCOME["CREDIT"], by_facts[0b11][0])))
+        m.d.comb += intended.eq(Mux(managing, OUTCOME["MANAGE"],
+                                    Mux(checking, Mux(request.results, OUTCOME["RESULT_REQUEST"], OUTCOME["CREDIT"]),
+                                        Mux(lossy_committing, OUTCOME["LOSSY"], by_facts[0b11][0]))))
         # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
         # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
         size_ok = ~oversize & ~too_long
@@ -729,6 +820,8 @@ class NetReduceSwitch(wiring.Component):
             "CONTRIBUTE": ~bad & ends_at_length & (agg_ok | ~plan.first),
             "CREDIT": request_valid & ~oversize,
             "MANAGE": management_ok & ~oversize,
+            "RESULT_REQUEST": request_valid & ~oversize,
+            "LOSSY": lossy_committing & lossy_go,
         }
 
         def happens(*kinds):
@@ -736,12 +829,15 @@ class NetReduceSwitch(wiring.Component):
             return Cat(*[(intended == OUTCOME[kind]) & needs[kind] for kind in kinds]).any()
 
         # The reason each frame is counted under, a clock after its commit, from what the commit registered.
-        Settled = data.StructLayout({"checking": 1, "request_valid": 1, "managing": 1, "management_ok": 1,
+        Settled = data.StructLayout({"lossy": 1, "lossy_reason": range(len(COUNTERS)), "results": 1,
+                                     "checking": 1, "request_valid": 1, "managing": 1, "management_ok": 1,
                                      "bad": 1, "icrc_ok": 1, "oversize": 1,
                                      "facts": 2, "reasons": 4 * len(by_facts[0][1])})
         settled, settling = Signal(Settled), Signal()
         settled_now = Signal(Settled)
         m.d.comb += [
+            settled_now.lossy.eq(lossy_committing), settled_now.lossy_reason.eq(lossy_reason),
+            settled_now.results.eq(request.results),
             settled_now.checking.eq(checking), settled_now.request_valid.eq(request_valid),
             settled_now.managing.eq(managing), settled_now.management_ok.eq(management_ok),
             settled_now.bad.eq(bad), settled_now.icrc_ok.eq(verdict[0]),
@@ -752,9 +848,13 @@ class NetReduceSwitch(wiring.Component):
         ]
         reason_bits = len(by_facts[0][1])
         drop_reason = Signal(range(len(COUNTERS)))
-        with m.If(settled.checking):
+        with m.If(settled.lossy):
+            m.d.comb += drop_reason.eq(settled.lossy_reason)
+        with m.Elif(settled.checking):
             m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
-                                           Mux(settled.request_valid, R["credit_requests"], R["drop_control"])))
+                                           Mux(settled.request_valid,
+                                               Mux(settled.results, R["result_requests"], R["credit_requests"]),
+                                               R["drop_control"])))
         with m.Elif(settled.managing):
             m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
                                            Mux(settled.management_ok, R["management_requests"], R["management_bad"])))
@@ -797,13 +897,131 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += [new_descriptor.kind.eq(CREDITS), new_descriptor.job.eq(request_j),
                              new_descriptor.worker.eq(request_worker), new_descriptor.all.eq(0),
                              new_descriptor.workers.eq(job_n[request_j]),
-                             new_descriptor.value.eq(job_oldest[request_j] + K - 1)]
+                             new_descriptor.value.eq(job_oldest[request_j] + Mux(request_lossy, W_lossy, K) - 1)]
             with m.Case(OUTCOME["CONTRIBUTE"]):
                 m.d.comb += [new_descriptor.kind.eq(RESULTS), new_descriptor.slot.eq(slot),
                              new_descriptor.rslot.eq(result_slot), new_descriptor.index0.eq(plan.index == 0),
                              new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
                              new_descriptor.job.eq(plan.job), new_descriptor.k.eq(plan.k),
-                             new_descriptor.workers.eq(job_n[plan.job])]
+                             new_descriptor.workers.eq(job_n[plan.job]), new_descriptor.all.eq(1)]
+
+        # --- the bounded-loss class ------------------------------------------------------------------------------
+        # (docs "Bounded-loss class (MLT)") A contribution's facts are registered at its last beat; LOSSY_READ
+        # reads its message slot (the *probe*: of message ``seq`` of job ``job``, for ``worker``), LOSSY decides and
+        # commits. A RESULT_REQUEST probes its message in RR_READ and is answered in RR_APPLY. A completion
+        # (the bitmap full at a contribution, or a deadline found in EXPIRE) is applied in COMPLETE, and the
+        # job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE, with their CREDITs.
+        LossyFacts = data.StructLayout({"bad": 1, "icrc_ok": 1, "oversize": 1, "agg_ok": 1, "ends": 1, "seq": 32})
+        lossy_facts = Signal(LossyFacts)
+        Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
+                                   "in_window": 1, "length_match": 1, "length": 16, "opens": K})
+        probe_job, probe_seq, probe_worker = Signal(job_bits), Signal(32), Signal(worker_bits)
+        probe_now, probe = Signal(Probe), Signal(Probe)
+        m.d.comb += [probe_job.eq(plan.job), probe_seq.eq(lossy_facts.seq), probe_worker.eq(plan.worker)]
+        probe_k = probe_seq[:k_bits]
+        probe_message = probe_job * K + probe_k
+        probe_slot = lossy_slot(probe_job, probe_k)
+        probe_oldest = job_oldest[probe_job]
+        probe_distance = Signal(32)
+        m.d.comb += [
+            probe_distance.eq(probe_seq - probe_oldest),
+            probe_now.k.eq(probe_k),
+            probe_now.held.eq(msg_busy[probe_message] & (msg_seq[probe_message] == probe_seq)),
+            probe_now.complete.eq(msg_complete[probe_message]),
+            probe_now.bitmap.eq(pk_bitmap[probe_slot]),
+            probe_now.bit.eq((pk_bitmap[probe_slot] >> probe_worker)[0]),
+            probe_now.behind.eq(probe_distance[31]),
+            probe_now.in_window.eq(probe_distance < W_lossy),
+            probe_now.length_match.eq((pk_bitmap[probe_slot] == 0) | (pk_len[probe_slot] == length)),
+            probe_now.length.eq(pk_len[probe_slot]),
+        ]
+        # opening message ``seq`` opens every message of the window up to it that its slot does not hold
+        for k in range(K):
+            position = Signal(k_bits, name=f"probe_position_{k}")
+            m.d.comb += position.eq(k - probe_oldest[:k_bits])
+            message = probe_job * K + k
+            m.d.comb += probe_now.opens[k].eq((position < W_lossy) & (position <= probe_distance)
+                                              & ~(msg_busy[message] & (msg_seq[message] == probe_oldest + position)))
+
+        def open_messages(job):
+            """Open the messages of ``probe.opens`` of ``job`` (a register) at the arrival of the frame."""
+            for jj in range(J):
+                with m.If(job == jj):
+                    for k in range(K):
+                        message, first_slot = jj * K + k, lossy_slot(jj, k)
+                        with m.If(probe.opens[k]):
+                            position = (k - job_oldest[jj][:k_bits])[:k_bits]
+                            m.d.sync += [msg_busy[message].eq(1), msg_seq[message].eq(job_oldest[jj] + position),
+                                         msg_complete[message].eq(0), msg_opened[message].eq(h_arrival),
+                                         pk_bitmap[first_slot].eq(0), pk_gen[first_slot].eq(~pk_gen[first_slot])]
+
+        def reopen_clear(job):
+            """Every message slot that ``probe.opens`` reopens has sent all its previous message's results and
+            resends (they read its header store entries and its result entry): else the opening waits."""
+            return Cat(*[~probe.opens[k] | (msg_unsent[job * K + k] == 0) for k in range(K)]).all()
+
+        def lowest_bit(bits):
+            lowest = Signal(worker_bits, name="lowest_contributor")
+            for w in reversed(range(N)):
+                with m.If(bits[w]):
+                    m.d.comb += lowest.eq(w)
+            return lowest
+
+        # the decision of a contribution (LOSSY), in the model's order of checks
+        with m.If(lossy_facts.bad):
+            m.d.comb += lossy_reason.eq(Mux(lossy_facts.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
+        with m.Elif(lossy_facts.oversize):
+            m.d.comb += lossy_reason.eq(R["drop_oversize"])
+        with m.Elif(~lossy_facts.agg_ok):
+            m.d.comb += lossy_reason.eq(R["drop_bad_header"])
+        with m.Elif(probe.held & probe.bit):
+            m.d.comb += lossy_reason.eq(R["duplicates_dropped"])
+        with m.Elif(probe.held & probe.complete):
+            m.d.comb += lossy_reason.eq(R["late"])
+        with m.Elif(~probe.held & probe.behind):
+            m.d.comb += lossy_reason.eq(R["late"])
+        with m.Elif(~probe.held & ~probe.in_window):
+            m.d.comb += lossy_reason.eq(R["drop_no_credit"])
+        with m.Elif(~plan.length_ok | ~lossy_facts.ends | (probe.held & ~probe.length_match)):
+            m.d.comb += lossy_reason.eq(R["drop_bad_length"])
+        with m.Else():
+            m.d.comb += [lossy_reason.eq(R["aggregated"]), lossy_go.eq(1)]
+        lossy_bitmap = Mux(probe.held, probe.bitmap, 0) | (Const(1, N) << plan.worker)
+
+        # completions: of message slot ``complete_k`` of job ``complete_job``
+        complete_job, complete_k, complete_deadline = Signal(job_bits), Signal(k_bits), Signal()
+        complete_message = complete_job * K + complete_k
+        complete_slot = lossy_slot(complete_job, complete_k)
+        complete_bitmap = pk_bitmap[complete_slot]
+        complete_count = Signal(range(N + 1))
+        m.d.comb += complete_count.eq(sum(complete_bitmap[w] for w in range(N)))
+
+        # Deadlines. ``due``: the open messages whose deadline is at or before the *frontier*, the arrival of the
+        # next frame the monitor takes (while none is waiting, the clock minus 3: a frame whose first beat went
+        # in since then cannot have its stamp at the FIFO's head yet), registered. The monitor takes a header
+        # only while ``fresh`` (``due`` was computed from this head and from the state as it is: no bounded-loss
+        # state written a clock ago), and completes the due messages first (EXPIRE), in the order of the jobs
+        # and, within a job, of the messages.
+        frontier = Mux(arrivals.r_rdy, arrivals.r_data, now - 3)
+        due, live = Signal(J * K), Signal(J * K)
+        lossy_changing, fresh = Signal(), Signal()
+        h_arrival = Signal(32)      # the arrival of the frame the monitor holds
+        for j in range(J):
+            for k in range(K):
+                i = j * K + k
+                m.d.comb += live[i].eq(job_lossy[j] & msg_busy[i] & ~msg_complete[i])
+                m.d.sync += due[i].eq(live[i] & ((frontier - msg_opened[i])[:32] >= job_deadline[j]))
+        m.d.sync += fresh.eq(arrivals.r_rdy & ~arrivals.r_en & ~lossy_changing & ~regs.job_enabled.any())
+        due_live = due & live
+        expire_found, expire_job, expire_k = Signal(), Signal(job_bits), Signal(k_bits)
+        due_array = Array(due_live[i] for i in range(J * K))
+        for j in reversed(range(J)):
+            for i in reversed(range(K)):
+                k_i = Signal(k_bits, name=f"expire_{j}_{i}")
+                m.d.comb += k_i.eq(job_oldest[j][:k_bits] + i)
+                with m.If(due_array[j * K + k_i]):
+                    m.d.comb += [expire_found.eq(1), expire_job.eq(j), expire_k.eq(k_i)]
+        advancing = Signal()
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
         # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
@@ -826,13 +1044,17 @@ class NetReduceSwitch(wiring.Component):
 
         with m.FSM(name="monitor"):
             def take_header():
-                """Take the next frame's header (from IDLE, or in the clock of a commit)."""
-                m.d.comb += match.o.ready.eq(1)
-                with m.If(match.o.valid):
+                """Take the next frame's header (from IDLE, or in the clock of a commit); first complete the
+                bounded-loss messages whose deadline has come (EXPIRE)."""
+                with m.If(due_live.any()):
+                    m.next = "EXPIRE"
+                with m.Elif(match.o.valid & (~live.any() | fresh)):
+                    m.d.comb += match.o.ready.eq(1)
                     taken_header = match.o.payload
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                                  beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                                 oversize.eq(0), window.eq(0)]
+                                 oversize.eq(0), window.eq(0), lossy_write_ok.eq(0), h_arrival.eq(arrivals.r_data)]
+                    m.d.comb += arrivals.r_en.eq(1)
                     # a frame of no connection (not RoCE, RoCE of no registered connection, a control
                     # frame) needs no state: its plan is its match, and its payload streams the next clock
                     with m.If(~taken_header.match.data & ~taken_header.match.ack):
@@ -867,6 +1089,10 @@ class NetReduceSwitch(wiring.Component):
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
                 with m.If((intended == OUTCOME["ACK"]) & releases):
                     m.next = "RELEASE_CHECK"
+                with m.Elif(happens("RESULT_REQUEST")):
+                    m.next = "RR_READ"
+                with m.Elif(intended == OUTCOME["LOSSY"]):
+                    m.next = "IDLE"         # (LOSSY goes on to COMPLETE when the message is full)
                 with m.Else():
                     m.next = "IDLE"
                     take_header()
@@ -917,8 +1143,8 @@ class NetReduceSwitch(wiring.Component):
                     m.d.sync += view.eq(view_now)
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
-                m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq)]
-                with m.If(look.data & look.write_op & look.behind):
+                m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq, look.lossy)]
+                with m.If(look.data & ~look.lossy & look.write_op & look.behind):
                     m.next = "DUP_SEARCH"
                 with m.Else():
                     m.next = "STREAM"
@@ -934,14 +1160,14 @@ class NetReduceSwitch(wiring.Component):
             with m.State("STREAM"):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
                 # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
-                m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room))
+                m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait)
                 with m.If(parser.o.valid & parser.o.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
                                  *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
-                    m.d.sync += expect_beat(header_beats, plan.job_id, plan.seq)     # no lane checked
+                    m.d.sync += expect_beat(header_beats, plan.job_id, plan.seq, plan.lossy)     # no lane checked
                     for number in range(1, header_beats):
                         with m.If(beat_index + 1 == number):
-                            m.d.sync += expect_beat(number, plan.job_id, plan.seq)
+                            m.d.sync += expect_beat(number, plan.job_id, plan.seq, plan.lossy)
                     with m.If(too_long):
                         m.d.sync += oversize.eq(1)
                     ring_written = forwarding & ~oversize & ~too_long
@@ -951,13 +1177,129 @@ class NetReduceSwitch(wiring.Component):
                                      ring_w.data.last.eq(beat.last),
                                      ring_w.data.verdict.eq(beat.verdict.as_value())]
                         m.d.sync += ring_cursor.eq(ring_cursor + 1)
-                    m.d.comb += write.valid.eq(contributing & (beat_index < Pb))
+                    m.d.comb += write.valid.eq((contributing & (beat_index < Pb)) | lossy_write_now)
+                    m.d.sync += held_word.eq(beat.data)
+                    with m.If(at_key):
+                        m.d.sync += [lossy_k.eq(key_k), lossy_write_ok.eq(bank_free(key_k))]
                     with m.If(beat.last & plan.control):
                         m.next = "CONTROL_PARSE"
                     with m.Elif(beat.last & plan.management):
                         m.next = "MANAGEMENT"
+                    with m.Elif(beat.last & lossy_writing):
+                        m.next = "LOSSY_READ"
+                        m.d.sync += [lossy_facts.bad.eq(bad), lossy_facts.icrc_ok.eq(verdict[0]),
+                                     lossy_facts.oversize.eq(oversize | too_long), lossy_facts.agg_ok.eq(agg_ok),
+                                     lossy_facts.ends.eq(ends_at_length),
+                                     lossy_facts.seq.eq(_big_endian(lambda i: window_now[8 * i:8 * i + 8],
+                                                                    _MSG_SEQ_BYTE - 3, 4))]
                     with m.Elif(beat.last):
                         commit(ring_written)
+            with m.State("LOSSY_READ"):
+                m.d.sync += probe.eq(probe_now)
+                if lossy_delay:         # the last beat, a beat late
+                    m.d.comb += write.valid.eq(lossy_writing & lossy_write_ok & (beat_index > key_beat)
+                                               & (lossy_beat < Pb))
+                m.next = "LOSSY"
+            with m.State("LOSSY"):
+                m.d.comb += lossy_changing.eq(1)
+                with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
+                    m.d.comb += lossy_committing.eq(1)
+                    commit(0)
+                with m.If(happens("LOSSY")):
+                    open_messages(plan.job)
+                    first_slot = lossy_slot(plan.job, probe.k)
+                    m.d.sync += [pk_len[first_slot].eq(length), pk_bitmap[first_slot].eq(lossy_bitmap)]
+                    m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
+                                 hs_w.data.own.eq(window[:8 * _OWN_BYTES])]
+                    with m.If(lossy_bitmap == workers_mask(plan.job)):
+                        m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
+                        m.next = "COMPLETE"
+            with m.State("RR_READ"):
+                m.d.comb += [probe_job.eq(request_j), probe_seq.eq(request.value), probe_worker.eq(request_worker)]
+                m.d.sync += probe.eq(probe_now)
+                m.next = "RR_APPLY"
+            with m.State("RR_APPLY"):
+                # a RESULT_REQUEST: the result again to the worker's receiver, the message opened, or stale
+                m.d.comb += lossy_changing.eq(1)
+                m.next = "IDLE"
+                first_slot = lossy_slot(request_j, probe.k)
+                with m.If(probe.held & probe.complete & (probe.bitmap != 0)):
+                    with m.If(room):
+                        count("results_resent")
+                        m.d.comb += [
+                            unsent_add.eq(1), unsent_add_at.eq(request_j * K + probe.k),
+                            descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(RESULTS),
+                            new_descriptor.lossy.eq(1), new_descriptor.resend.eq(1), new_descriptor.all.eq(0),
+                            new_descriptor.worker.eq(request_worker), new_descriptor.job.eq(request_j),
+                            new_descriptor.workers.eq(job_n[request_j]), new_descriptor.k.eq(probe.k),
+                            new_descriptor.slot.eq(first_slot),
+                            new_descriptor.rslot.eq(Cat(pk_gen[first_slot], first_slot)),
+                            new_descriptor.index0.eq(1), new_descriptor.length.eq(probe.length),
+                            new_descriptor.beats.eq((probe.length + B - 1) >> exact_log2(B)),
+                            new_descriptor.bitmap.eq(probe.bitmap),
+                            new_descriptor.template.eq(lowest_bit(probe.bitmap))]
+                    with m.Else():
+                        m.next = "RR_APPLY"
+                with m.Elif(~probe.held & ~probe.behind & probe.in_window):
+                    with m.If(reopen_clear(request_j)):
+                        open_messages(request_j)
+                    with m.Else():
+                        m.next = "RR_APPLY"
+                with m.Elif(~probe.held):
+                    count("result_requests_stale")
+            with m.State("EXPIRE"):
+                with m.If(expire_found):
+                    m.d.sync += [complete_job.eq(expire_job), complete_k.eq(expire_k), complete_deadline.eq(1)]
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.next = "IDLE"
+            with m.State("COMPLETE"):
+                # the message completes with its contributors: their sum, and a result to every worker's receiver
+                m.d.comb += lossy_changing.eq(1)
+                with m.If(room):
+                    m.d.sync += msg_complete[complete_message].eq(1)
+                    count("deadline_completions", complete_deadline)
+                    m.d.comb += Array(regs.increments[name] for name in HISTOGRAM_COUNTERS)[
+                        Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
+                            complete_count)].eq(1)
+                    with m.If(complete_bitmap != 0):
+                        count("results_sent", job_n[complete_job])
+                        beats = (pk_len[complete_slot] + B - 1) >> exact_log2(B)
+                        m.d.comb += [
+                            sum_requests.w_en.eq(1), new_request.slot.eq(complete_slot),
+                            new_request.result_slot.eq(Cat(pk_gen[complete_slot], complete_slot)),
+                            new_request.beats.eq(beats), new_request.mask.eq(complete_bitmap),
+                            unsent_add.eq(1), unsent_add_at.eq(complete_message),
+                            descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(RESULTS),
+                            new_descriptor.lossy.eq(1), new_descriptor.all.eq(1), new_descriptor.job.eq(complete_job),
+                            new_descriptor.workers.eq(job_n[complete_job]), new_descriptor.k.eq(complete_k),
+                            new_descriptor.slot.eq(complete_slot),
+                            new_descriptor.rslot.eq(Cat(pk_gen[complete_slot], complete_slot)),
+                            new_descriptor.index0.eq(1), new_descriptor.length.eq(pk_len[complete_slot]),
+                            new_descriptor.beats.eq(beats), new_descriptor.bitmap.eq(complete_bitmap),
+                            new_descriptor.template.eq(lowest_bit(complete_bitmap))]
+                    m.next = "ADVANCE_CHECK"
+            with m.State("ADVANCE_CHECK"):
+                advance_oldest = job_oldest[complete_job]
+                advance_message = complete_job * K + advance_oldest[:k_bits]
+                m.d.sync += advancing.eq(msg_busy[advance_message] & (msg_seq[advance_message] == advance_oldest)
+                                         & msg_complete[advance_message])
+                m.next = "ADVANCE"
+            with m.State("ADVANCE"):
+                # the job's oldest message completed: the window moves on, and every worker gets a CREDIT
+                m.d.comb += lossy_changing.eq(1)
+                with m.If(~advancing):
+                    m.next = "IDLE"
+                    take_header()
+                with m.Elif(descriptors.w_rdy):
+                    advance_oldest = job_oldest[complete_job]
+                    m.d.sync += advance_oldest.eq(advance_oldest + 1)
+                    count("credits_sent", job_n[complete_job])
+                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
+                                 new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
+                                 new_descriptor.workers.eq(job_n[complete_job]),
+                                 new_descriptor.value.eq(advance_oldest + W_lossy)]
+                    m.next = "ADVANCE_CHECK"
             with m.State("RELEASE_CHECK"):
                 m.d.sync += [releasable.eq(release_allowed & delivered_now & (msg_unsent[oldest_message] == 0)),
                              released.eq(oldest_message)]
@@ -995,6 +1337,8 @@ class NetReduceSwitch(wiring.Component):
         req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
         sw_mac, sw_ip, ctl_port, count = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["count"]
         unsent_sub, unsent_sub_at, K = env["unsent_sub"], env["unsent_sub_at"], self.message_slots
+        resp_mac, resp_ip, resp_qpn = env["resp_mac"], env["resp_ip"], env["resp_qpn"]
+        req_vlan, resp_rkey, sent = env["req_vlan"], env["resp_rkey"], env["sent"]
         FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
 
         # The payload sequencer issues the payload words of each frame, one a clock, into the ``outgoing``
@@ -1039,15 +1383,16 @@ class NetReduceSwitch(wiring.Component):
             m.d.comb += payload_jobs.r_en.eq(1)
             m.d.sync += loaded.eq(0)
             with m.If(payload_jobs.r_rdy):
-                several = job.all | (job.kind == RESULTS)       # one frame per worker, from worker 0
-                sum_now = (job.kind == RESULTS) & (sums_ready != 0)
+                several = job.all                   # one frame per worker, from worker 0
+                needs_sum = (job.kind == RESULTS) & ~job.resend
+                sum_now = needs_sum & (sums_ready != 0)
                 m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(Mux(several, 0, job.worker)),
                              more.eq(several & (job.workers > 1)),
                              # (a payload of no bytes still takes one word, with no byte kept)
                              last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
                                             Mux(job.beats == 0, 0, job.beats - 1))),
-                             loaded.eq((job.kind != RESULTS) | sum_now),
-                             awaiting_sum.eq((job.kind == RESULTS) & ~sum_now)]
+                             loaded.eq(~needs_sum | sum_now),
+                             awaiting_sum.eq(needs_sum & ~sum_now)]
                 m.d.comb += sum_used.eq(sum_now)
         with m.If(awaiting_sum & (sums_ready != 0)):
             m.d.sync += [loaded.eq(1), awaiting_sum.eq(0)]
@@ -1061,7 +1406,8 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [
             ring_r.en.eq(go & from_ring), ring_r.addr.eq(ring_read[:ring_bits]),
             read.en.eq(go & from_results), read.result_slot.eq(d.rslot), read.beat.eq(beat_no),
-            own_r.en.eq(go & (d.kind == RESULTS) & (beat_no == 0)), own_r.addr.eq(d.slot * N + worker),
+            own_r.en.eq(go & (d.kind == RESULTS) & (beat_no == 0)),
+            own_r.addr.eq(d.slot * N + Mux(d.lossy, d.template, worker)),   # a bounded-loss result: the template's
         ]
         with m.If(go & from_ring):
             m.d.sync += ring_read.eq(ring_read + 1)
@@ -1126,13 +1472,15 @@ class NetReduceSwitch(wiring.Component):
                      hdr.ready.eq(deparser.hdr.ready & frame_classes.w_rdy)]
         record = hdr.payload
         record_dscp = Mux((record.ip_version == 4) | (record.ip_version == 6), record.ip_dscp, 0)
+        lossy_result = Signal()
         m.d.comb += [frame_classes.w_en.eq(hdr.valid & hdr.ready),
-                     frame_classes.w_data.eq(Mux(h_control, CONTROL_DSCP, record_dscp))]
+                     frame_classes.w_data.eq(Cat(Mux(h_control, CONTROL_DSCP, record_dscp)[:6], lossy_result))]
         incoming = data.View(Descriptor, descriptors.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
         store_read = Signal()
-        m.d.comb += [hs_r.en.eq(store_read), hs_r.addr.eq(h_desc.slot * N + h_worker),
+        m.d.comb += [hs_r.en.eq(store_read),
+                     hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
                      payload_jobs.w_data.eq(descriptors.r_data)]
         count("frames_out", (hdr.valid & hdr.ready) + env["replies_sent"])
         h_more = h_worker + 1 < h_desc.workers
@@ -1143,8 +1491,7 @@ class NetReduceSwitch(wiring.Component):
                 m.d.comb += [descriptors.r_en.eq(payload_jobs.w_rdy), payload_jobs.w_en.eq(descriptors.r_rdy)]
                 m.next = "TAKE"
                 with m.If(descriptors.r_rdy & payload_jobs.w_rdy):
-                    m.d.sync += [h_desc.eq(descriptors.r_data),
-                                 h_worker.eq(Mux(incoming.all | (incoming.kind == RESULTS), 0, incoming.worker))]
+                    m.d.sync += [h_desc.eq(descriptors.r_data), h_worker.eq(Mux(incoming.all, 0, incoming.worker))]
                     with m.Switch(incoming.kind):
                         with m.Case(FORWARD, DUPLICATE):
                             m.next = "FIFO_HEADER"
@@ -1165,9 +1512,23 @@ class NetReduceSwitch(wiring.Component):
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(hs_r.data.header)]
+                with m.If(h_desc.lossy):
+                    # a bounded-loss result: the template addressed from the worker's requester to its
+                    # responder, with the connection's next PSN, the responder's R_Key and the bitmap
+                    c = h_desc.job * N + h_worker
+                    result_record = hdr.payload
+                    m.d.comb += [lossy_result.eq(1),
+                                 result_record.eth_dst.eq(resp_mac[c]), result_record.eth_src.eq(req_mac[c]),
+                                 result_record.vlan_valid.eq(req_vlan[c][12]),
+                                 result_record.vlan_tci.eq(req_vlan[c][:12]),
+                                 result_record.ip_src.eq(req_ip[c]), result_record.ip_dst.eq(resp_ip[c]),
+                                 result_record.bth_dest_qp.eq(resp_qpn[c]), result_record.bth_psn.eq(sent[c] + 1),
+                                 result_record.reth_rkey.eq(resp_rkey[c]), result_record.immdt.eq(h_desc.bitmap)]
+                    with m.If(hdr.ready):
+                        m.d.sync += sent[c].eq(sent[c] + 1)
                 with m.If(hdr.ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
-                    with m.If(h_more):
+                    with m.If(h_desc.all & h_more):
                         m.next = "STORE_READ"
                     with m.Else():
                         take()

@@ -218,15 +218,13 @@ def _clock_ns(width):
 
 
 def _check_class(args):
-    """The options of the bounded-loss class go with ``--class lossy``, which the RTL does not run yet."""
+    """The options of the bounded-loss class go with ``--class lossy``."""
     if args.traffic_class != "lossy":
         for given, flag in ((args.deadline_us is not None, "--deadline-us"),
                             (args.loss_bound is not None, "--loss-bound"), (not args.rescale, "--no-rescale")):
             if given:
                 raise UserError(f"{flag} needs --class lossy")
         return
-    if args.engine == "rtl":
-        raise UserError("the RTL does not implement the bounded-loss class yet (--class lossy needs --engine model)")
     if args.workers > 32:
         raise UserError(f"--class lossy takes at most 32 workers (the contributor bitmap is 32 bits), not "
                         f"{args.workers}")
@@ -234,19 +232,25 @@ def _check_class(args):
         raise UserError("--class lossy needs --message-slots of at least 2 (its window is half of them)")
 
 
+def _lossy_options(args):
+    """``build_allreduce``'s options of the bounded-loss class (none for the reliable class)."""
+    from ..host.network import default_deadline_us
+    if args.traffic_class != "lossy":
+        return {}
+    deadline_us = args.deadline_us
+    if deadline_us is None:
+        deadline_us = default_deadline_us(workers=args.workers, jobs=args.jobs, mtu=args.mtu,
+                                          message_slots=args.message_slots, width=args.width)
+    return {"traffic_class": "lossy", "deadline_us": deadline_us,
+            "loss_bound": 0.01 if args.loss_bound is None else args.loss_bound, "rescale": args.rescale}
+
+
 def _run_model(args, nbytes, inputs, spec):
     """The golden model as the switch: ``(summary, {(job, worker): (input, result[, contributors])})``."""
     import numpy as np
 
-    from ..host.network import build_allreduce, default_deadline_us, expected_partial_sum, expected_sum
-    lossy = {}
-    if args.traffic_class == "lossy":
-        deadline_us = args.deadline_us
-        if deadline_us is None:
-            deadline_us = default_deadline_us(workers=args.workers, jobs=args.jobs, mtu=args.mtu,
-                                              message_slots=args.message_slots, width=args.width)
-        lossy = {"traffic_class": "lossy", "deadline_us": deadline_us,
-                 "loss_bound": 0.01 if args.loss_bound is None else args.loss_bound, "rescale": args.rescale}
+    from ..host.network import build_allreduce, expected_sum, lossy_report, lossy_results_match
+    lossy = _lossy_options(args)
     network, jobs, inputs = build_allreduce(
         workers=args.workers, nbytes=nbytes, mtu=args.mtu, dtype=args.dtype, jobs=args.jobs, ports=args.ports,
         message_packets=args.message_packets, message_slots=args.message_slots, seed=args.seed, inputs=inputs,
@@ -261,14 +265,9 @@ def _run_model(args, nbytes, inputs, spec):
     summary = network.summary()
     match = status == "done"
     if lossy:
-        for w in network.workers:
-            match = match and np.array_equal(w.result, expected_partial_sum(w.job, inputs[w.job.job], w.contributors))
+        summary["match"] = match and lossy_results_match(network, inputs)
         summary["lossy"] = {"deadline_us": lossy["deadline_us"], "loss_bound": lossy["loss_bound"],
-                            "rescale": args.rescale,
-                            "deadline_completions": summary["switch"]["deadline_completions"],
-                            "late": summary["switch"]["late"], **summary["lossy"],
-                            "average_error": _average_error(network, inputs)}
-        summary["match"] = bool(match)
+                            "rescale": args.rescale, **lossy_report(network, inputs, summary)}
         return summary, {(w.job.job, w.index): (inputs[w.job.job][w.index], w.result, w.contributors)
                          for w in network.workers}
     for job in jobs:
@@ -276,27 +275,6 @@ def _run_model(args, nbytes, inputs, spec):
         match = match and all(np.array_equal(w.result, expected) for w in network.workers if w.job is job)
     summary["match"] = bool(match)
     return summary, {(w.job.job, w.index): (inputs[w.job.job][w.index], w.result) for w in network.workers}
-
-
-def _average_error(network, inputs):
-    """The relative RMS error of the workers' averages (rescaled or not) against the mean of every input,
-    over the elements where all of them are finite: what the loss and the rescaling do to the gradient that
-    training sees. ``None`` when no element qualifies or the mean is 0."""
-    import numpy as np
-
-    from ..sim.fp import get_format, to_float64
-    errors, scale = 0.0, 0.0
-    for w in network.workers:
-        values = to_float64(get_format(w.job.dtype), inputs[w.job.job])
-        with np.errstate(all="ignore"):
-            truth = values.mean(axis=0)
-            average = w.average()
-            finite = np.isfinite(values).all(axis=0) & np.isfinite(truth) & np.isfinite(average)
-            errors += float(np.sum((average[finite] - truth[finite]) ** 2))
-            scale += float(np.sum(truth[finite] ** 2))
-    if not scale or not np.isfinite(errors) or not np.isfinite(scale):
-        return None
-    return round(float(np.sqrt(errors / scale)), 6)
 
 
 def _run_rtl(args, nbytes, inputs):
@@ -328,7 +306,8 @@ def _run_rtl(args, nbytes, inputs):
                   "job_count": args.jobs, "message_packets": args.message_packets,
                   "message_slots": args.message_slots, "seed": args.seed, "loss": args.loss, "dup": args.dup,
                   "reorder": args.reorder, "corrupt": args.corrupt, "start_psn": args.start_psn,
-                  "start_msg": args.start_msg, "time_limit_ns": int(args.time_limit_ms * 1e6)}
+                  "start_msg": args.start_msg, "time_limit_ns": int(args.time_limit_ms * 1e6),
+                  "lossy": _lossy_options(args)}
         if args.pcap:
             params["pcap"] = str(Path(args.pcap).resolve())      # the simulation runs in the build folder
         if inputs is not None:
