@@ -9,6 +9,9 @@
   takes it, each frame held back only until the switch has sent what the frame answers (its ACKs), the
   sink always ready: input beats per clock over the frames offered back to back, the clocks in which the
   switch refused a beat, and output beats per clock over the run (goal 1.0, line rate).
+- The bounded-loss class: the same workers with a quarter of the bytes as MLT's one-packet messages (UC
+  WRITE ONLY with immediate, MTU 1024, a window of 8 messages), no loss: the same figures
+  (``bounded_loss``).
 - Forwarded frames: back-to-back frames that the switch only forwards (not RoCE, 60 and 128 bytes; RoCE
   of no registered connection, 60 bytes), input and output beats per clock and refused clocks for each
   kind (goal 1.0: a frame of no connection takes no clock of its own in the monitor).
@@ -40,7 +43,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from netreduce.host.network import ModelEngine, build_allreduce, record_frames
+from netreduce.host.network import CLOCK_NS, ModelEngine, build_allreduce, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch import NetReduceSwitch
@@ -52,10 +55,11 @@ WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's by
 SYNTH_MESSAGE_SLOTS = 8
 
 
-def scenario(workers, nbytes, width):
+def scenario(workers, nbytes, width, **kwargs):
     network, _, _ = build_allreduce(workers=workers, nbytes=nbytes, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                     message_slots=MESSAGE_SLOTS, width=width,
-                                    engine=lambda config: ModelEngine(config, record=True))
+                                    engine=lambda config: ModelEngine(config, record=True,
+                                                                      clock_ns=CLOCK_NS[width]), **kwargs)
     assert network.run() == "done"
     return network.engine.recording()
 
@@ -98,6 +102,11 @@ def measure(width, workers, nbytes):
                              message_slots=MESSAGE_SLOTS)
     result = run_measure(switch, scenario(workers, nbytes, width), workers)
     result["slot_memory_bits_per_worker_per_packet"] = slot_memory_bits(switch)
+    # the bounded-loss class: one-packet messages, a window of K/2, no loss (no deadline fires)
+    figures = run_measure(switch, scenario(workers, nbytes // 4, width, traffic_class="lossy"), workers)
+    result["bounded_loss"] = {name: figures[name] for name in (
+        "frames_in", "input_beats_per_clock", "input_refused_clocks", "output_beats_per_clock",
+        "result_latency_clocks")}
     result["forwarded"] = {}
     for kind, frames in forwarded_scenarios(workers, width).items():
         figures = run_measure(switch, frames, workers)

@@ -19,8 +19,16 @@ import cocotb
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
-from netreduce.egress import CLASSES, default_class_of_frame, default_queue_of_frame
-from netreduce.registers import COUNTERS, address, counter_address, switch_config_writes
+from netreduce.egress import (
+    CLASSES,
+    LAYER_GROUPS,
+    MAGNITUDE_BUCKETS,
+    default_class_of_frame,
+    default_queue_of_frame,
+    drop_level,
+    lossy_class,
+)
+from netreduce.registers import COUNTERS, address, block, counter_address, switch_config_writes
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.runner import cocotb_params
 from netreduce.sim.switch_model import SwitchModel
@@ -310,9 +318,28 @@ async def timed_against_model(dut):
         scenario = pickle.load(file)
     replay = Replay(dut, params, scenario)
     await replay.start()
+    if params.get("threshold_step"):
+        # drop thresholds through the registers: drop level l below ``drop_levels`` at (l + 1) steps of beats of
+        # the port's buffer, the other levels never
+        never = (1 << block("egress").register("class0_threshold").bits) - 1
+        for p in range(replay.ports):
+            for g in range(LAYER_GROUPS):
+                for b in range(MAGNITUDE_BUCKETS):
+                    level = drop_level(g, b)
+                    threshold = (level + 1) * params["threshold_step"] if level < params["drop_levels"] else never
+                    await replay.registers.write(address("egress", p, f"class{lossy_class(g, b)}_threshold"),
+                                                 threshold)
     inputs = scenario["inputs"]
     one_by_one = len({port for port, _ in inputs}) > 1
-    for index, ((port, frame), needed) in enumerate(zip(inputs, scenario["after"], strict=True)):
+    gates = scenario["after"]
+    if params.get("drops"):
+        # results the egress stage drops never come out: each frame waits only for the recording's frames
+        # out that cannot be dropped (its CREDITs), so that no gate waits for ever
+        droppable = [0]
+        for _, frame in (pair for produced in scenario["outputs"] for pair in produced):
+            droppable.append(droppable[-1] + (parse_frame(frame).header["bth_opcode"] == _LOSSY_OPCODE))
+        gates = [needed - droppable[needed] for needed in gates]
+    for index, ((port, frame), needed) in enumerate(zip(inputs, gates, strict=True)):
         replay.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
     players = replay.bench.players
     await replay.bench.run(lambda: sum(len(p.stamps) for p in players) == len(inputs),
@@ -343,6 +370,20 @@ async def timed_against_model(dut):
     await check_egress_counters(replay.registers, got, queues, dropped)
     if params.get("deadlines"):
         assert model.counters["deadline_completions"] > 0, "no deadline fired"
+    if params.get("drops_out"):
+        # by class: the frames the stages may drop that the model sent, and the stages' drop counters
+        by_class = collections.defaultdict(lambda: {"offered": 0, "drops_threshold": 0, "drops_full": 0})
+        for p in range(replay.ports):
+            for frame in expected[p]:
+                if parse_frame(frame).header["bth_opcode"] == _LOSSY_OPCODE:
+                    by_class[default_class_of_frame(frame)]["offered"] += 1
+            for c in list(by_class):
+                for name in ("drops_threshold", "drops_full"):
+                    by_class[c][name] += await replay.registers.read(address("egress", p, f"{name}{c}"))
+        with open(params["drops_out"], "w") as out:
+            json.dump(by_class, out)
+    if params.get("no_deadlines"):
+        assert model.counters["deadline_completions"] == 0, "a deadline fired"
     if params.get("drops"):
         assert any(dropped), "the egress stage dropped nothing"
     if params.get("late"):

@@ -7,6 +7,7 @@ the one-port scenarios (everything on port 0), and the closed loop on two ports,
 traffic at once.
 """
 
+import collections
 import functools
 import json
 import subprocess
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from test_lossy_model import Fabric, elements
 
+from netreduce.egress import LAYER_GROUPS, MAGNITUDE_BUCKETS, drop_level, lossy_class
 from netreduce.host import attacks
 from netreduce.host.attacks import NEAR_WRAP, attacker
 from netreduce.host.faults import FaultSpec
@@ -317,6 +319,37 @@ def test_bounded_loss_lost_contributions_512(tmp_path):
     and counts them. Every frame out is the model's (at the RTL's arrivals), every counter equal."""
     scenario = lossy(512, workers=4, nbytes=6000, mtu=1024, faults_up=FaultSpec(loss=0.1), seed=3)
     replay_timed(tmp_path, scenario, "fp32x512", backpressure=0.5, seed=3, deadlines=True, drops=True)
+
+
+def test_bounded_loss_drops_by_class_under_backpressure_64(tmp_path):
+    """The messages of a layered model (16 layers) carry the classes of their layer group and magnitude; the
+    port drains at a third of the rate the switch sends (backpressure), and the drop thresholds, written
+    through the registers, are low for the two lowest drop levels (front layers, small magnitudes) and never
+    reached for the others: the egress stage drops results whole, by threshold those of the two levels only
+    (any droppable frame may still be dropped when a largest frame would not fit, ``drops_full``), never
+    anything but bounded-loss results, and every frame out is the model's."""
+    layers = [(f"layer{i}", 96) for i in range(16)]
+    scenario = lossy(64, workers=4, nbytes=16 * 96 * 4, mtu=256, layers=layers, seed=9)
+    out = tmp_path / "drops.json"
+    replay_timed(tmp_path, scenario, "fp32x64", backpressure=0.67, seed=9, drops=True, drops_out=str(out),
+                 threshold_step=40, drop_levels=2)
+    by_class = {int(c): counts for c, counts in json.loads(out.read_text()).items()}
+    by_level = collections.defaultdict(collections.Counter)
+    for g in range(LAYER_GROUPS):
+        for b in range(MAGNITUDE_BUCKETS):
+            by_level[drop_level(g, b)].update(by_class.get(lossy_class(g, b), {}))
+    assert all(by_level[level]["drops_threshold"] > 0 for level in (0, 1)), dict(by_level)
+    high = [counts for level, counts in by_level.items() if level >= 2]
+    assert sum(c["offered"] for c in high) > 0 and all(c["drops_threshold"] == 0 for c in high), dict(by_level)
+
+
+def test_bounded_loss_without_loss_fires_no_deadline_64(tmp_path):
+    """Duplicated and reordered contributions, none lost, two jobs on two ports: every message completes
+    full before its deadline, in the RTL as in the model; duplicates are dropped."""
+    faults = FaultSpec(duplicate=0.05, reorder=0.05)
+    scenario = lossy(64, workers=4, jobs=2, ports=2, nbytes=6000, mtu=1024, faults_up=faults, seed=2)
+    assert scenario["counters"]["duplicates_dropped"] > 0
+    replay_timed(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.1, seed=2, no_deadlines=True)
 
 
 def test_bounded_loss_faults_both_sides_two_ports_64(tmp_path):
