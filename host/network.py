@@ -516,7 +516,8 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     and no more), their messages
     classified by ``class_map`` (the default map when ``None``) over ``layers`` (``[(name, size), ...]``
     per worker's tensor; the whole tensor when ``None``). Every receiver of a job keeps its results at one
-    address. Returns ``(network, jobs, inputs)``."""
+    address. ``traffic_class`` may also be a list of one class per job (the jobs of both classes share the
+    switch). Returns ``(network, jobs, inputs)``."""
     rng = np.random.default_rng(seed)
     fmt = get_format(dtype)
     hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
@@ -525,11 +526,16 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
         hosts.append(address)
         host_ports.append(port)
     switch_mac, switch_ip = 0x02_4E_52_00_00_01, "10.0.255.1"
-    lossy = JobClass(traffic_class) is JobClass.LOSSY
-    if source_port is None:
-        source_port = SourcePort.PER_PACKET if lossy else SourcePort.FIXED
-    deadline = {}
-    if lossy:
+    if isinstance(traffic_class, (list, tuple)):
+        classes = [JobClass(c) for c in traffic_class]
+        if len(classes) != jobs:
+            raise ValueError(f"{len(classes)} traffic classes for {jobs} jobs")
+    else:
+        classes = [JobClass(traffic_class)] * jobs
+    ports_of_class = {cls: source_port if source_port is not None
+                      else SourcePort.PER_PACKET if cls is JobClass.LOSSY else SourcePort.FIXED for cls in JobClass}
+    deadline, credit_timeouts = {}, dict.fromkeys(JobClass, credit_timeout_ns or 1_000_000)
+    if JobClass.LOSSY in classes:
         if deadline_us is None:
             deadline_us = default_deadline_us(workers=workers, jobs=jobs, mtu=mtu, message_slots=message_slots,
                                               width=width)
@@ -538,11 +544,10 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
             result_timeout_ns = round(2 * deadline_us * 1000) + 50_000
         request_timeout_ns = round(deadline_us * 1000) + 20_000
         if credit_timeout_ns is None:
-            credit_timeout_ns = max(1000, round(deadline_us * 1000))
-    if credit_timeout_ns is None:
-        credit_timeout_ns = 1_000_000
+            credit_timeouts[JobClass.LOSSY] = max(1000, round(deadline_us * 1000))
     job_configs = [JobConfig(job=j, workers=workers, dtype=dtype, mtu=mtu, message_packets=message_packets,
-                             message_slots=message_slots, start_msg=start_msg, **deadline) for j in range(jobs)]
+                             message_slots=message_slots, start_msg=start_msg,
+                             **(deadline if classes[j] is JobClass.LOSSY else {})) for j in range(jobs)]
     qpn = itertools.count(0x100)
     plans = []      # (job, worker, requester qpn, responder qpn, start psn)
     for job in job_configs:
@@ -552,7 +557,7 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     connections = [ConnectionConfig(job.job, w, hosts[w].mac, hosts[w].ip, rq,
                                     hosts[(w + 1) % workers].mac, hosts[(w + 1) % workers].ip, rs, psn,
                                     requester_port=host_ports[w], responder_port=host_ports[(w + 1) % workers],
-                                    responder_rkey=0x1000 + rs if lossy else None)
+                                    responder_rkey=0x1000 + rs if job.lossy else None)
                    for job, w, rq, rs, psn in plans]
     config = SwitchConfig(mac=switch_mac, ip=switch_ip, ports=ports,
                           forwarding={h.mac: port for h, port in zip(hosts, host_ports, strict=True)},
@@ -571,7 +576,8 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     layer_sizes = [elements] if layers is None else [size for _, size in layers]
     for job, w, rq, rs, psn in plans:
         sender, peer = network.hosts[w], network.hosts[(w + 1) % workers]
-        if lossy:
+        source_port = ports_of_class[job.traffic_class]
+        if job.lossy:
             _lossy_queue_pairs(job, sender, peer, rq, rs, psn, len(lossy_layout(job, layer_sizes)), source_port)
             continue
         stride = job.message_packets * job.mtu
@@ -601,7 +607,8 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
             host = network.hosts[w]
             rq, rs_out = by_plan[(job.job, w)]
             _, rs_in = by_plan[(job.job, (w - 1) % workers)]
-            if lossy:
+            credit_timeout_ns = credit_timeouts[job.traffic_class]
+            if job.lossy:
                 worker = LossyWorker(job, w, data[w], requester=host.requesters[rq], responder=host.responders[rs_in],
                                      memory=host.memory, result_va=_result_va(job), send_rkey=0x1000 + rs_out,
                                      host=host.address, switch=switch, control_port=config.control_port,

@@ -28,6 +28,7 @@ from netreduce.egress import (
     drop_level,
     lossy_class,
 )
+from netreduce.host.protocol import AggHeader
 from netreduce.registers import COUNTERS, address, block, counter_address, switch_config_writes
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.runner import cocotb_params
@@ -380,8 +381,24 @@ async def timed_against_model(dut):
             for c in list(by_class):
                 for name in ("drops_threshold", "drops_full"):
                     by_class[c][name] += await replay.registers.read(address("egress", p, f"{name}{c}"))
+        # and the queueing: for each bounded-loss result out, its egress queue and the clocks from its message's
+        # first contribution in to its first beat out
+        opened = {}
+        for arrival, index in taken:
+            parsed = parse_frame(inputs[index][1])
+            header = AggHeader.unpack(parsed.payload)
+            if parsed.header["bth_opcode"] == _LOSSY_OPCODE and header is not None:
+                opened.setdefault((header.job, header.msg_seq), arrival)
+        waits = []
+        for recorder in replay.bench.recorders:
+            for frame in recorder.frames:
+                parsed = parse_frame(frame.data)
+                header = AggHeader.unpack(parsed.payload)
+                if parsed.header["bth_opcode"] == _LOSSY_OPCODE and (header.job, header.msg_seq) in opened:
+                    waits.append((default_queue_of_frame(frame.data, queues),
+                                  frame.first - opened[header.job, header.msg_seq]))
         with open(params["drops_out"], "w") as out:
-            json.dump(by_class, out)
+            json.dump({"classes": by_class, "waits": waits}, out)
     if params.get("no_deadlines"):
         assert model.counters["deadline_completions"] == 0, "a deadline fired"
     if params.get("drops"):

@@ -298,9 +298,9 @@ def test_configured_in_band(tmp_path, build):
     replay(tmp_path, scenario, build, idle=0.05, backpressure=0.1, seed=21)
 
 
-def lossy(width, **kwargs):
+def lossy(width, traffic_class="lossy", **kwargs):
     """A bounded-loss all-reduce recorded on the model: ``kwargs`` for :func:`record`."""
-    scenario = record(traffic_class="lossy", width=width, **kwargs)
+    scenario = record(traffic_class=traffic_class, width=width, **kwargs)
     assert scenario["status"] == "done"
     return scenario
 
@@ -308,7 +308,7 @@ def lossy(width, **kwargs):
 def replay_timed(tmp_path, scenario, build, **params):
     """The bounded-loss class: the model run again at the switch's arrivals (``timed_against_model``), the run
     going on for two deadlines past the last frame in."""
-    deadline = max(job.deadline_clocks for job in scenario["config"].jobs)
+    deadline = max(job.deadline_clocks for job in scenario["config"].jobs if job.lossy)
     scenarios.replay(tmp_path, scenario, build, testcase="timed_against_model", settle=2 * deadline + 2000,
                      **params)
 
@@ -322,18 +322,23 @@ def test_bounded_loss_lost_contributions_512(tmp_path):
 
 
 def test_bounded_loss_drops_by_class_under_backpressure_64(tmp_path):
-    """The messages of a layered model (16 layers) carry the classes of their layer group and magnitude; the
+    """Two jobs share the switch and its port: a reliable one (RC, go-back-N) and a bounded-loss one whose
+    messages, of a layered model (16 layers), carry the classes of their layer group and magnitude; the
     port drains at a third of the rate the switch sends (backpressure), and the drop thresholds, written
     through the registers, are low for the two lowest drop levels (front layers, small magnitudes) and never
     reached for the others: the egress stage drops results whole, by threshold those of the two levels only
     (any droppable frame may still be dropped when a largest frame would not fit, ``drops_full``), never
-    anything but bounded-loss results, and every frame out is the model's."""
+    anything but bounded-loss results (no frame of the reliable job), and every frame out is the model's;
+    the results of the highest queue
+    wait less than those of the lowest, in clocks from their message's first contribution in."""
     layers = [(f"layer{i}", 96) for i in range(16)]
-    scenario = lossy(64, workers=4, nbytes=16 * 96 * 4, mtu=256, layers=layers, seed=9)
+    scenario = lossy(64, ["reliable", "lossy"], workers=4, jobs=2, nbytes=16 * 96 * 4, mtu=256, layers=layers,
+                     seed=9)
     out = tmp_path / "drops.json"
     replay_timed(tmp_path, scenario, "fp32x64", backpressure=0.67, seed=9, drops=True, drops_out=str(out),
                  threshold_step=40, drop_levels=2)
-    by_class = {int(c): counts for c, counts in json.loads(out.read_text()).items()}
+    figures = json.loads(out.read_text())
+    by_class = {int(c): counts for c, counts in figures["classes"].items()}
     by_level = collections.defaultdict(collections.Counter)
     for g in range(LAYER_GROUPS):
         for b in range(MAGNITUDE_BUCKETS):
@@ -341,6 +346,12 @@ def test_bounded_loss_drops_by_class_under_backpressure_64(tmp_path):
     assert all(by_level[level]["drops_threshold"] > 0 for level in (0, 1)), dict(by_level)
     high = [counts for level, counts in by_level.items() if level >= 2]
     assert sum(c["offered"] for c in high) > 0 and all(c["drops_threshold"] == 0 for c in high), dict(by_level)
+    # strict priority: results of the highest queue wait less, from their message's first contribution in
+    waits = collections.defaultdict(list)
+    for queue, clocks in figures["waits"]:
+        waits[queue].append(clocks)
+    mean = {queue: sum(clocks) / len(clocks) for queue, clocks in waits.items()}
+    assert len(mean) >= 2 and mean[min(mean)] < mean[max(mean)], mean
 
 
 def test_bounded_loss_without_loss_fires_no_deadline_64(tmp_path):
