@@ -321,22 +321,26 @@ def test_bounded_loss_lost_contributions_512(tmp_path):
     replay_timed(tmp_path, scenario, "fp32x512", backpressure=0.5, seed=3, deadlines=True, drops=True)
 
 
-def test_bounded_loss_drops_by_class_under_backpressure_64(tmp_path):
+@pytest.mark.parametrize("build", ["fp32x64", "fp32x512"])
+def test_bounded_loss_drops_by_class_under_backpressure(tmp_path, build):
     """Two jobs share the switch and its port: a reliable one (RC, go-back-N) and a bounded-loss one whose
     messages, of a layered model (16 layers), carry the classes of their layer group and magnitude; the
     port drains at a third of the rate the switch sends (backpressure), and the drop thresholds, written
-    through the registers, are low for the two lowest drop levels (front layers, small magnitudes) and never
+    through the registers, are low for the two lowest drop levels (front layers, small magnitudes: level l at
+    l + 1 results' worth of the port's buffer) and never
     reached for the others: the egress stage drops results whole, by threshold those of the two levels only
     (any droppable frame may still be dropped when a largest frame would not fit, ``drops_full``), never
     anything but bounded-loss results (no frame of the reliable job), and every frame out is the model's;
     the results of the highest queue
     wait less than those of the lowest, in clocks from their message's first contribution in."""
     layers = [(f"layer{i}", 96) for i in range(16)]
-    scenario = lossy(64, ["reliable", "lossy"], workers=4, jobs=2, nbytes=16 * 96 * 4, mtu=256, layers=layers,
+    width = scenarios.SWITCH_BUILDS[build]["width"]
+    scenario = lossy(width, ["reliable", "lossy"], workers=4, jobs=2, nbytes=16 * 96 * 4, mtu=256, layers=layers,
                      seed=9)
     out = tmp_path / "drops.json"
-    replay_timed(tmp_path, scenario, "fp32x64", backpressure=0.67, seed=9, drops=True, drops_out=str(out),
-                 threshold_step=40, drop_levels=2)
+    result_beats = -(-(256 + 62) // (width // 8))       # a result: the MTU's payload and its headers
+    replay_timed(tmp_path, scenario, build, backpressure=0.67, seed=9, drops=True, drops_out=str(out),
+                 threshold_step=result_beats, drop_levels=2)
     figures = json.loads(out.read_text())
     by_class = {int(c): counts for c, counts in figures["classes"].items()}
     by_level = collections.defaultdict(collections.Counter)
