@@ -1092,7 +1092,11 @@ class NetReduceSwitch(wiring.Component):
                 with m.Elif(happens("RESULT_REQUEST")):
                     m.next = "RR_READ"
                 with m.Elif(intended == OUTCOME["LOSSY"]):
-                    m.next = "IDLE"         # (LOSSY goes on to COMPLETE when the message is full)
+                    # the next header in this clock unless the contribution opens messages (new deadlines,
+                    # which ``due`` must see first) or fills its message (COMPLETE follows)
+                    m.next = "IDLE"
+                    with m.If(~happens("LOSSY") | (probe.held & (lossy_bitmap != workers_mask(plan.job)))):
+                        take_header()
                 with m.Else():
                     m.next = "IDLE"
                     take_header()
@@ -1201,12 +1205,13 @@ class NetReduceSwitch(wiring.Component):
                                                & (lossy_beat < Pb))
                 m.next = "LOSSY"
             with m.State("LOSSY"):
-                m.d.comb += lossy_changing.eq(1)
                 with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
                     m.d.comb += lossy_committing.eq(1)
                     commit(0)
-                with m.If(happens("LOSSY")):
+                with m.If(happens("LOSSY") & ~probe.held):     # the message opens (and the window's before it)
+                    m.d.comb += lossy_changing.eq(1)
                     open_messages(plan.job)
+                with m.If(happens("LOSSY")):
                     first_slot = lossy_slot(plan.job, probe.k)
                     m.d.sync += [pk_len[first_slot].eq(length), pk_bitmap[first_slot].eq(lossy_bitmap)]
                     m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
