@@ -25,7 +25,12 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    ``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and
    handed to ``management.ManagementAgent``, which applies it to the registers and sends the reply),
    ``RELEASE_CHECK`` and ``RELEASE`` (after an ACK that makes the oldest message delivered: frees the
-   job's delivered messages, two clocks each, and queues their credits).
+   job's delivered messages, two clocks each, and queues their credits). The bounded-loss class (docs
+   "Bounded-loss class (RTL)"): a contribution streams into the bank of the message slot its payload's
+   ``msg_seq`` names and is decided after its last beat in ``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in
+   ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose deadline has come (checked against each
+   frame's arrival before its header is taken), ``COMPLETE`` completes one (masked sum, results), and
+   ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits.
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
    only where the worker's bit is clear.
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
