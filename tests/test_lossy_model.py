@@ -26,82 +26,23 @@ from netreduce.sim.switch_model import (
 )
 from netreduce.wire import ControlType
 
-SWITCH_MAC, SWITCH_IP = 0x024E52000001, "10.0.255.1"
-WRITE_ONLY_IMM = 0x2B           # UC RDMA WRITE ONLY with immediate
-RC_WRITE_ONLY = 0x0A
-DEADLINE = 100
-JOB = 7
-RESULT_VA = 0x10_0000
+from references import (
+    DEADLINE,
+    JOB,
+    RC_WRITE_ONLY,
+    RESULT_VA,
+    SWITCH_IP,
+    SWITCH_MAC,
+    WRITE_ONLY_IMM,
+    Fabric,
+    elements,
+    host_ip,
+    host_mac,
+    responder_rkey,
+)
+
 NEW_COUNTERS = ("deadline_completions", "late", "result_requests", "results_resent",
                 "result_requests_stale") + HISTOGRAM_COUNTERS
-
-
-def host_mac(h):
-    return 0x020000000001 + h
-
-
-def host_ip(h):
-    return f"10.0.0.{h + 1}"
-
-
-def responder_rkey(w):
-    return 0x5000 + w
-
-
-class Fabric:
-    """A switch model with one bounded-loss job of ``workers`` workers on hosts 0..N-1 (worker w writes to
-    host w+1), host h on port h mod ``ports``, every host in VLAN ``vlan`` (None: untagged)."""
-
-    def __init__(self, workers=4, ports=4, slots=4, vlan=None, deadline=DEADLINE, start_msg=0, reliable_too=False):
-        self.workers, self.vlan = workers, vlan
-        self.job = JobConfig(job=JOB, workers=workers, mtu=64, message_slots=slots, traffic_class="lossy",
-                             deadline_clocks=deadline, start_msg=start_msg)
-        jobs = [self.job] + ([JobConfig(job=JOB + 1, workers=workers, mtu=64)] if reliable_too else [])
-        self.conns = {}
-        for job in jobs:
-            for w in range(workers):
-                peer = (w + 1) % workers
-                self.conns[job.job, w] = ConnectionConfig(
-                    job.job, w, host_mac(w), host_ip(w), 0x100 + 16 * job.job + w, host_mac(peer), host_ip(peer),
-                    0x200 + 16 * job.job + w, start_psn=1000 * (w + 1), requester_port=w % ports,
-                    requester_vlan=vlan, responder_port=peer % ports, responder_vlan=vlan,
-                    responder_rkey=responder_rkey(w) if job.traffic_class is JobClass.LOSSY else None)
-        self.config = SwitchConfig(mac=SWITCH_MAC, ip=SWITCH_IP, ports=ports,
-                                   forwarding={host_mac(h): h % ports for h in range(workers)},
-                                   jobs=jobs, connections=list(self.conns.values()))
-        self.switch = SwitchModel(self.config)
-        self.frames_sent = 0
-
-    def contribution(self, w, seq, values, *, job=JOB, opcode=WRITE_ONLY_IMM, header=None, **fields):
-        """Worker w's message ``seq``: its aggregation header and ``values``, bound to its connection (a
-        PSN that says nothing of the message: the switch must not read it)."""
-        conn = self.conns[job, w]
-        payload = (header or AggHeader(job, seq, len(values), priority=w)).pack() + values.astype("<f4").tobytes()
-        self.frames_sent += 1
-        values = {"eth_src": host_mac(w), "eth_dst": conn.responder_mac, "src_ip": conn.requester_ip,
-                  "dst_ip": conn.responder_ip, "dest_qp": conn.responder_qpn, "vlan": self.vlan,
-                  "psn": (7919 * self.frames_sent) % (1 << 24), "reth": (RESULT_VA + 64 * seq, 0x77, len(payload)),
-                  "dscp": 32 + w, "sport": 0xC000 + w}
-        if opcode == WRITE_ONLY_IMM:
-            values["immdt"] = 1 << w
-        values.update(fields)
-        return build_roce_frame(opcode, payload, **values)
-
-    def request(self, w, seq, kind=ControlType.RESULT_REQUEST, *, src=None, job=JOB):
-        """A control request naming worker w, from host ``src`` (default: w's responder, the receiver)."""
-        src = (w + 1) % self.workers if src is None else src
-        return build_control_frame(ControlMessage(kind, job, w, seq), src_mac=host_mac(src), dst_mac=SWITCH_MAC,
-                                   src_ip=host_ip(src), dst_ip=SWITCH_IP)
-
-    def send(self, frame, port=0, now=None):
-        return self.switch.receive(port, frame, now=now)
-
-    def counters(self, *names):
-        return {name: self.switch.counters[name] for name in names}
-
-
-def elements(rng, n=8):
-    return (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n)).astype(np.float32)
 
 
 def payload_of(frame):

@@ -15,7 +15,6 @@ import sys
 
 import numpy as np
 import pytest
-from test_lossy_model import Fabric, elements
 
 from netreduce.egress import LAYER_GROUPS, MAGNITUDE_BUCKETS, drop_level, lossy_class
 from netreduce.host import attacks
@@ -29,6 +28,8 @@ from netreduce.sim.fp import tree_sum
 from netreduce.tb import scenarios
 from netreduce.tb.scenarios import record, record_in_band, switch_of
 from netreduce.wire import RC_WRITE_OPCODES
+
+from references import Fabric, elements
 
 pytestmark = pytest.mark.slow(minutes=3)
 
