@@ -463,11 +463,13 @@ def lossy_results_match(network, inputs):
                     for w in network.workers))
 
 
-def lossy_report(network, inputs, summary):
-    """The figures of a bounded-loss run (``summary``: ``network.summary()``): the switch's deadline
-    completions and late contributions, the workers' (``summary["lossy"]``), and the average error."""
-    return {"deadline_completions": summary["switch"]["deadline_completions"], "late": summary["switch"]["late"],
-            **summary["lossy"], "average_error": average_error(network, inputs)}
+def lossy_report(network, inputs, summary, options):
+    """The figures of a bounded-loss run (``summary``: ``network.summary()``; ``options``: its
+    ``build_allreduce`` options): the deadline, loss bound and rescaling it ran with, the switch's deadline
+    completions and late contributions, the workers' figures (``summary["lossy"]``), and the average error."""
+    return {"deadline_us": options["deadline_us"], "loss_bound": options["loss_bound"],
+            "rescale": options["rescale"], "deadline_completions": summary["switch"]["deadline_completions"],
+            "late": summary["switch"]["late"], **summary["lossy"], "average_error": average_error(network, inputs)}
 
 
 def average_error(network, inputs):

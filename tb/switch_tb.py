@@ -258,12 +258,19 @@ class Replay:
             await self.registers.configure(self.scenario["config"], params["workers"], params["forwarding_entries"])
         await FallingEdge(self.dut.clk)
 
+    def queue(self, gates=None):
+        """Queue every frame on its port's player, each waiting for ``gates[i]`` frames out (the recording's
+        ``after`` by default) and, with frames on several ports, for the frame before it to be in."""
+        inputs = self.scenario["inputs"]
+        one_by_one = len({port for port, _ in inputs}) > 1
+        gates = self.scenario["after"] if gates is None else gates
+        for index, ((port, frame), needed) in enumerate(zip(inputs, gates, strict=True)):
+            self.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
+
     async def play(self):
         """Play every frame in and take every expected frame out; the frames out, a list per port."""
         inputs = self.scenario["inputs"]
-        one_by_one = len({port for port, _ in inputs}) > 1
-        for index, ((port, frame), needed) in enumerate(zip(inputs, self.scenario["after"], strict=True)):
-            self.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
+        self.queue()
         recorders = self.bench.recorders
         cycles = 2000 + 4 * sum(len(f) for _, f in inputs) + 4 * sum(map(len, sum(self.expected, [])))
         expected = self.expected
@@ -331,7 +338,6 @@ async def timed_against_model(dut):
                     await replay.registers.write(address("egress", p, f"class{lossy_class(g, b)}_threshold"),
                                                  threshold)
     inputs = scenario["inputs"]
-    one_by_one = len({port for port, _ in inputs}) > 1
     gates = scenario["after"]
     if params.get("drops"):
         # results the egress stage drops never come out: each frame waits only for the recording's frames
@@ -340,8 +346,7 @@ async def timed_against_model(dut):
         for _, frame in (pair for produced in scenario["outputs"] for pair in produced):
             droppable.append(droppable[-1] + (parse_frame(frame).header["bth_opcode"] == _LOSSY_OPCODE))
         gates = [needed - droppable[needed] for needed in gates]
-    for index, ((port, frame), needed) in enumerate(zip(inputs, gates, strict=True)):
-        replay.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
+    replay.queue(gates)
     players = replay.bench.players
     await replay.bench.run(lambda: sum(len(p.stamps) for p in players) == len(inputs),
                            timeout_clocks=2000 + 8 * sum(len(f) for _, f in inputs) + params["settle"])
@@ -600,8 +605,7 @@ async def closed_loop(dut):
     network.close()
     if lossy:
         summary.update(match=network.status == "done" and lossy_results_match(network, inputs))
-        summary["lossy"] = {"deadline_us": lossy["deadline_us"], "loss_bound": lossy["loss_bound"],
-                            "rescale": lossy["rescale"], **lossy_report(network, inputs, summary)}
+        summary["lossy"] = lossy_report(network, inputs, summary, lossy)
     else:
         summary.update(match=results_match(network, jobs, inputs))
     summary.update(clocks=int(now() / CLOCK_NS))

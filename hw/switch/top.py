@@ -965,12 +965,22 @@ class NetReduceSwitch(wiring.Component):
             resends (they read its header store entries and its result entry): else the opening waits."""
             return Cat(*[~probe.opens[k] | (msg_unsent[job * K + k] == 0) for k in range(K)]).all()
 
-        def lowest_bit(bits):
-            lowest = Signal(worker_bits, name="lowest_contributor")
+        def lossy_results(job, k, length, bitmap):
+            """The RESULTS descriptor of message slot ``k`` of ``job`` (completed with ``bitmap``), its result
+            entry the slot's current one and its template the lowest contributor; written with its sum request
+            or resend, it counts in ``msg_unsent`` until it has left."""
+            first_slot = lossy_slot(job, k)
+            template = Signal(worker_bits, name="lowest_contributor")
             for w in reversed(range(N)):
-                with m.If(bits[w]):
-                    m.d.comb += lowest.eq(w)
-            return lowest
+                with m.If(bitmap[w]):
+                    m.d.comb += template.eq(w)
+            return [descriptors.w_en.eq(1), unsent_add.eq(1), unsent_add_at.eq(job * K + k),
+                    new_descriptor.eq(0), new_descriptor.kind.eq(RESULTS), new_descriptor.lossy.eq(1),
+                    new_descriptor.job.eq(job), new_descriptor.workers.eq(job_n[job]), new_descriptor.k.eq(k),
+                    new_descriptor.slot.eq(first_slot), new_descriptor.rslot.eq(Cat(pk_gen[first_slot], first_slot)),
+                    new_descriptor.index0.eq(1), new_descriptor.length.eq(length),
+                    new_descriptor.beats.eq((length + B - 1) >> exact_log2(B)), new_descriptor.bitmap.eq(bitmap),
+                    new_descriptor.template.eq(template)]
 
         # the decision of a contribution (LOSSY), in the model's order of checks
         with m.If(lossy_facts.bad):
@@ -992,6 +1002,7 @@ class NetReduceSwitch(wiring.Component):
         with m.Else():
             m.d.comb += [lossy_reason.eq(R["aggregated"]), lossy_go.eq(1)]
         lossy_bitmap = Mux(probe.held, probe.bitmap, 0) | (Const(1, N) << plan.worker)
+        lossy_full = lossy_bitmap == workers_mask(plan.job)
 
         # completions: of message slot ``complete_k`` of job ``complete_job``
         complete_job, complete_k, complete_deadline = Signal(job_bits), Signal(k_bits), Signal()
@@ -1100,7 +1111,7 @@ class NetReduceSwitch(wiring.Component):
                     # the next header in this clock unless the contribution opens messages (new deadlines,
                     # which ``due`` must see first) or fills its message (COMPLETE follows)
                     m.next = "IDLE"
-                    with m.If(~happens("LOSSY") | (probe.held & (lossy_bitmap != workers_mask(plan.job)))):
+                    with m.If(~happens("LOSSY") | (probe.held & ~lossy_full)):
                         take_header()
                 with m.Else():
                     m.next = "IDLE"
@@ -1221,7 +1232,7 @@ class NetReduceSwitch(wiring.Component):
                     m.d.sync += [pk_len[first_slot].eq(length), pk_bitmap[first_slot].eq(lossy_bitmap)]
                     m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
                                  hs_w.data.own.eq(window[:8 * _OWN_BYTES])]
-                    with m.If(lossy_bitmap == workers_mask(plan.job)):
+                    with m.If(lossy_full):
                         m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
                         m.next = "COMPLETE"
             with m.State("RR_READ"):
@@ -1232,22 +1243,11 @@ class NetReduceSwitch(wiring.Component):
                 # a RESULT_REQUEST: the result again to the worker's receiver, the message opened, or stale
                 m.d.comb += lossy_changing.eq(1)
                 m.next = "IDLE"
-                first_slot = lossy_slot(request_j, probe.k)
                 with m.If(probe.held & probe.complete & (probe.bitmap != 0)):
                     with m.If(room):
                         count("results_resent")
-                        m.d.comb += [
-                            unsent_add.eq(1), unsent_add_at.eq(request_j * K + probe.k),
-                            descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(RESULTS),
-                            new_descriptor.lossy.eq(1), new_descriptor.resend.eq(1), new_descriptor.all.eq(0),
-                            new_descriptor.worker.eq(request_worker), new_descriptor.job.eq(request_j),
-                            new_descriptor.workers.eq(job_n[request_j]), new_descriptor.k.eq(probe.k),
-                            new_descriptor.slot.eq(first_slot),
-                            new_descriptor.rslot.eq(Cat(pk_gen[first_slot], first_slot)),
-                            new_descriptor.index0.eq(1), new_descriptor.length.eq(probe.length),
-                            new_descriptor.beats.eq((probe.length + B - 1) >> exact_log2(B)),
-                            new_descriptor.bitmap.eq(probe.bitmap),
-                            new_descriptor.template.eq(lowest_bit(probe.bitmap))]
+                        m.d.comb += lossy_results(request_j, probe.k, probe.length, probe.bitmap)
+                        m.d.comb += [new_descriptor.resend.eq(1), new_descriptor.worker.eq(request_worker)]
                     with m.Else():
                         m.next = "RR_APPLY"
                 with m.Elif(~probe.held & ~probe.behind & probe.in_window):
@@ -1274,23 +1274,14 @@ class NetReduceSwitch(wiring.Component):
                             complete_count)].eq(1)
                     with m.If(complete_bitmap != 0):
                         count("results_sent", job_n[complete_job])
-                        beats = (pk_len[complete_slot] + B - 1) >> exact_log2(B)
-                        m.d.comb += [
-                            sum_requests.w_en.eq(1), new_request.slot.eq(complete_slot),
-                            new_request.result_slot.eq(Cat(pk_gen[complete_slot], complete_slot)),
-                            new_request.beats.eq(beats), new_request.mask.eq(complete_bitmap),
-                            unsent_add.eq(1), unsent_add_at.eq(complete_message),
-                            descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(RESULTS),
-                            new_descriptor.lossy.eq(1), new_descriptor.all.eq(1), new_descriptor.job.eq(complete_job),
-                            new_descriptor.workers.eq(job_n[complete_job]), new_descriptor.k.eq(complete_k),
-                            new_descriptor.slot.eq(complete_slot),
-                            new_descriptor.rslot.eq(Cat(pk_gen[complete_slot], complete_slot)),
-                            new_descriptor.index0.eq(1), new_descriptor.length.eq(pk_len[complete_slot]),
-                            new_descriptor.beats.eq(beats), new_descriptor.bitmap.eq(complete_bitmap),
-                            new_descriptor.template.eq(lowest_bit(complete_bitmap))]
+                        m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
+                        m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
+                                     new_request.slot.eq(complete_slot),
+                                     new_request.result_slot.eq(new_descriptor.rslot),
+                                     new_request.beats.eq(new_descriptor.beats), new_request.mask.eq(complete_bitmap)]
                     m.next = "ADVANCE_CHECK"
+            advance_oldest = job_oldest[complete_job]
             with m.State("ADVANCE_CHECK"):
-                advance_oldest = job_oldest[complete_job]
                 advance_message = complete_job * K + advance_oldest[:k_bits]
                 m.d.sync += advancing.eq(msg_busy[advance_message] & (msg_seq[advance_message] == advance_oldest)
                                          & msg_complete[advance_message])
@@ -1302,7 +1293,6 @@ class NetReduceSwitch(wiring.Component):
                     m.next = "IDLE"
                     take_header()
                 with m.Elif(descriptors.w_rdy):
-                    advance_oldest = job_oldest[complete_job]
                     m.d.sync += advance_oldest.eq(advance_oldest + 1)
                     count("credits_sent", job_n[complete_job])
                     m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),

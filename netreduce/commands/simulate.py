@@ -266,8 +266,7 @@ def _run_model(args, nbytes, inputs, spec):
     match = status == "done"
     if lossy:
         summary["match"] = match and lossy_results_match(network, inputs)
-        summary["lossy"] = {"deadline_us": lossy["deadline_us"], "loss_bound": lossy["loss_bound"],
-                            "rescale": args.rescale, **lossy_report(network, inputs, summary)}
+        summary["lossy"] = lossy_report(network, inputs, summary, lossy)
         return summary, {(w.job.job, w.index): (inputs[w.job.job][w.index], w.result, w.contributors)
                          for w in network.workers}
     for job in jobs:
