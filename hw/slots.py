@@ -73,7 +73,7 @@ from amaranth.utils import bits_for, ceil_log2
 from .fp.adder import MAX_ADDER_STAGES, check_format, check_int, check_lane_width
 from .fp.tree import MAX_INPUTS, AdderTree
 
-__all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS"]
+__all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS", "result_read_signature", "sum_done_layout"]
 
 MAX_SLOTS = 1 << 16
 MAX_PACKET_BEATS = 1 << 12
@@ -83,6 +83,21 @@ MAX_PORTS = 64
 def _field_bits(count):
     """Bits of an index below ``count``, at least 1."""
     return max(1, ceil_log2(count))
+
+
+def result_read_signature(width, slots, packet_beats):
+    """A read port of the results (``read[r]``), as its reader sees it."""
+    return wiring.Signature({
+        "en": Out(1),
+        "result_slot": Out(_field_bits(slots) + 1),
+        "beat": Out(_field_bits(packet_beats)),
+        "data": In(width),
+    })
+
+
+def sum_done_layout(slots):
+    """The payload of ``sum_done``: the result slot of the finished sum."""
+    return data.StructLayout({"result_slot": _field_bits(slots) + 1})
 
 
 class SlotMemory(wiring.Component):
@@ -138,19 +153,14 @@ class SlotMemory(wiring.Component):
             "beat": Out(self.beat_bits),
             "data": Out(width),
         })
-        read_signature = wiring.Signature({
-            "en": Out(1),
-            "result_slot": Out(self.result_slot_bits),
-            "beat": Out(self.beat_bits),
-            "data": In(width),
-        })
+        read_signature = result_read_signature(width, slots, packet_beats)
         request_layout = data.StructLayout({
             "slot": self.slot_bits,
             "result_slot": self.result_slot_bits,
             "beats": self.beats_bits,
             "mask": workers,
         })
-        done_layout = data.StructLayout({"result_slot": self.result_slot_bits})
+        done_layout = sum_done_layout(slots)
         super().__init__({
             "write": In(write_signature).array(write_ports),
             "sum_request": In(stream.Signature(request_layout)),

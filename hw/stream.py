@@ -11,7 +11,8 @@ from amaranth.lib import data, stream
 from ..wire import PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
 __all__ = ["check_width", "FrameBeat", "PayloadBeat", "Verdict", "ParsedHeader", "frame_stream",
-           "payload_stream", "header_stream", "byte_lane", "PAYLOAD_VERDICT_FIELDS"]
+           "payload_stream", "header_stream", "byte_lane", "PAYLOAD_VERDICT_FIELDS", "fifo_to_stream",
+           "stream_to_fifo"]
 
 WIDTHS = (64, 128, 256, 512)
 
@@ -110,3 +111,14 @@ def frames_to_axis(m, frames, axis, user=None):
     ]
     if user is not None:
         m.d.comb += axis.tuser.eq(user)
+
+
+def fifo_to_stream(m, fifo, sink):
+    """Connect the read side of ``fifo`` (an ``amaranth.lib.fifo`` FIFO) to stream ``sink``, whose payload is
+    any shape of the FIFO's width (``wiring.connect`` of ``fifo.r_stream`` asks for the same shape)."""
+    m.d.comb += [sink.valid.eq(fifo.r_rdy), sink.payload.eq(fifo.r_data), fifo.r_en.eq(sink.ready)]
+
+
+def stream_to_fifo(m, source, fifo):
+    """Connect stream ``source`` to the write side of ``fifo`` (the payload as the FIFO's word)."""
+    m.d.comb += [fifo.w_en.eq(source.valid), fifo.w_data.eq(source.payload), source.ready.eq(fifo.w_rdy)]

@@ -4,8 +4,10 @@
 - ``hw.parser.RoceParser``: header record, payload stream, verdicts;
 - ``registers.SwitchRegisters``: the configuration and the counters behind the ``csr`` port;
 - ``match.ConnectionMatch``: each header's connection and binding, from configuration only;
-- ``top.NetReduceSwitch``: the status monitor, slots, emitter and credits (to be split further), and the
+- ``top.NetReduceSwitch``: the status monitor, slots and credits (to be split further), and the
   composition;
+- ``emitter.Emitter``: the monitor's descriptors, in order, to header records and payload streams (frames
+  that go on, answers to duplicates, results, CREDIT frames);
 - ``management.ManagementAgent``: the in-band control plane's register operations and replies (with a
   management address);
 - ``hw.deparser.RoceDeparser``, ``hw.ports.FrameArbiter`` (the replies joining the frames out) and

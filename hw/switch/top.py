@@ -34,14 +34,12 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
    only where the worker's bit is clear.
 3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
-4. *emit*: descriptors, in commit order, become frames: a frame that goes on (header FIFO and packet
-   ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
-   worker's stored header and the sum), CREDIT control frames. A header sequencer hands the headers to
-   ``RoceDeparser``; a payload sequencer issues the payload words, one a clock on credits, into a FIFO in
-   front of it. The deparser serializes them and recomputes ICRC and IPv4 checksum. ``FrameRouter``
-   sends each frame out of the port that the forwarding table gives for its destination MAC (the
-   default port for any other MAC); the management agent's replies join in front of it (a ``FrameArbiter``)
-   and leave by their request's port.
+4. *emit* (``emitter.Emitter``): descriptors, in commit order, become frames: a frame that goes on (header FIFO
+   and packet ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
+   worker's stored header and the sum), CREDIT control frames. The deparser serializes them and recomputes ICRC and
+   IPv4 checksum. ``FrameRouter`` sends each frame out of the port that the forwarding table gives for its
+   destination MAC (the default port for any other MAC); the management agent's replies join in front of it (a
+   ``FrameArbiter``) and leave by their request's port.
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus one clock per frame of a connection in the
@@ -56,7 +54,7 @@ Control registers (``csr``): ``registers.SwitchRegisters``, the map of ``netredu
 import dataclasses
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -68,13 +66,11 @@ from ...wire import (
     AGG_MAGIC,
     AGG_VERSION,
     BTH,
-    CONTROL_DSCP,
     CONTROL_MAGIC,
     CONTROL_VERSION,
     DTYPE_CODES,
     ETH_HEADER,
     ETH_MIN_FRAME,
-    ETHERTYPE_IPV4,
     GAP_PSN_SHIFT,
     ICRC_BYTES,
     IPV4_HEADER,
@@ -89,13 +85,22 @@ from ...wire import (
     header_bytes,
 )
 from ..csr import csr_signature
-from ..deparser import RoceDeparser, lanes_below
+from ..deparser import RoceDeparser
 from ..egress import ClassJoin, EgressBeat, EgressQueues, FrameClass, check_geometry
 from ..fp.adder import check_int
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
-from ..stream import ParsedHeader, PayloadBeat, axi_stream_signature, axis_to_frames, check_width, frames_to_axis
+from ..stream import (
+    ParsedHeader,
+    axi_stream_signature,
+    axis_to_frames,
+    check_width,
+    fifo_to_stream,
+    frames_to_axis,
+    stream_to_fifo,
+)
+from .emitter import OWN_BYTES, Emission, Emitter, HeaderEntry
 from .management import ManagementAgent
 from .match import ConnectionMatch
 from .registers import SwitchRegisters, fields_of, vlan_of
@@ -105,7 +110,6 @@ __all__ = ["NetReduceSwitch", "csr_signature"]
 PSN_BITS = 24
 _HALF = 1 << (PSN_BITS - 1)
 _WINDOW_BYTES = 64          # bytes of each payload stream kept for the commit
-_OWN_BYTES = 16             # the aggregation header: a first packet's own bytes in its results
 _FIRST_OPCODES = (0x06, 0x0A, 0x0B)
 _LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
 _WRITE_OPCODES = (0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
@@ -113,7 +117,6 @@ _ACKNOWLEDGE = 0x11
 _NAK_SEQUENCE = 0x60
 _LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # a bounded-loss job's one data opcode (0x2B)
 _MSG_SEQ_BYTE = 11          # the last (least significant) byte of the aggregation header's msg_seq
-_GOOD_VERDICT = 0b111       # icrc_ok, ipv4_csum_ok, len_ok
 
 
 def _not_behind(a, b):
@@ -241,9 +244,7 @@ class NetReduceSwitch(wiring.Component):
         # handed to the deparser, in the same order), to its port's egress stage
         m.submodules.class_join = class_join = ClassJoin(W)
         m.submodules.frame_classes = frame_classes = SyncFIFOBuffered(width=FrameClass.size, depth=32)
-        m.d.comb += [class_join.classes.valid.eq(frame_classes.r_rdy),
-                     class_join.classes.payload.eq(frame_classes.r_data),
-                     frame_classes.r_en.eq(class_join.classes.ready)]
+        fifo_to_stream(m, frame_classes, class_join.classes)
         m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
         egress = []
         for p in range(self.ports):
@@ -301,7 +302,6 @@ class NetReduceSwitch(wiring.Component):
         def field(records, count, *path):
             return Array(fields_of(records, count, *path))
 
-        sw_mac, sw_ip, ctl_port = regs.switch.mac, regs.switch.ip, regs.switch.control_port
         E = self.forwarding_entries
         # the forwarding table, on the destination MAC in the first six bytes of each frame out
         destination_mac = Cat(*[router.i.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
@@ -325,11 +325,9 @@ class NetReduceSwitch(wiring.Component):
         job_oldest = registers(J, 32, "job_oldest")
         conn_valid, start_psn = field(regs.connections, C, "valid"), field(regs.connections, C, "start_psn")
         req_mac, req_ip = field(regs.connections, C, "requester", "mac"), field(regs.connections, C, "requester", "ip")
-        req_qpn, resp_qpn = field(regs.connections, C, "requester_qpn"), field(regs.connections, C, "responder_qpn")
         req_port, req_vlan = (field(regs.connections, C, "requester", "port"),
                               field(regs.connections, C, "requester", "vlan"))
         resp_mac, resp_ip, resp_vlan = (field(regs.connections, C, "responder", name) for name in ("mac", "ip", "vlan"))
-        resp_rkey = field(regs.connections, C, "responder_rkey")
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
@@ -379,21 +377,16 @@ class NetReduceSwitch(wiring.Component):
                         m.d.sync += [pk_bitmap[(j * K + k) * M + i].eq(0), pk_ready[(j * K + k) * M + i].eq(0)]
 
         # --- between the monitor and the emitter ------------------------------------------------------------
-        # ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
-        frame_beats = -(-self.max_frame // B)
-        Descriptor = data.StructLayout({
-            "kind": 2,
-            "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": range(frame_beats + 1), "length": 16,
-            "own": 8 * _OWN_BYTES,
-            "job": job_bits, "k": k_bits, "workers": worker_bits + 1, "worker": worker_bits, "all": 1,
-            "value": 32,
-            # a bounded-loss result: built from the template's stored header for each receiver, the contributor
-            # bitmap its immediate; ``resend``: to one receiver again, from a finished sum
-            "lossy": 1, "resend": 1, "bitmap": N, "template": worker_bits,
-        })
-        FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
+        # descriptors (``emitter.Descriptor``, in commit order) and the header records of the frames that go
+        # on; ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
+        m.submodules.emitter = emitter = Emitter(width=W, workers=N, jobs=J, message_slots=K, slots=S,
+                                                 packet_beats=Pb, max_frame=self.max_frame)
+        Descriptor, frame_beats, ring_bits = emitter.Descriptor, emitter.frame_beats, emitter.ring_bits
+        FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
         m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=64)
         m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=64)
+        fifo_to_stream(m, descriptors, emitter.descriptors)
+        fifo_to_stream(m, headers, emitter.headers)
         request_layout = slots.sum_request.payload.shape()
         m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=5)
         m.d.comb += [
@@ -405,23 +398,33 @@ class NetReduceSwitch(wiring.Component):
         new_request = Signal(request_layout)
         m.d.comb += [descriptors.w_data.eq(new_descriptor), sum_requests.w_data.eq(new_request)]
 
-        # packet ring: committed and speculative write pointers
-        ring_bits = ceil_log2(2 * frame_beats + 2)
+        # packet ring: committed and speculative write pointers (the emitter's read pointer: ``ring_read``)
         ring_depth = 1 << ring_bits
-        StoredBeat = data.StructLayout({"data": W, "keep": B, "last": 1, "verdict": 3})
-        m.submodules.ring = ring = Memory(shape=StoredBeat, depth=ring_depth, init=[])
+        m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=ring_depth, init=[])
         ring_w = ring.write_port()
-        ring_r = ring.read_port()
-        ring_committed, ring_cursor, ring_read = Signal(ring_bits + 1), Signal(ring_bits + 1), Signal(ring_bits + 1)
+        ring_committed, ring_cursor = Signal(ring_bits + 1), Signal(ring_bits + 1)
         ring_free = Signal()
-        m.d.comb += ring_free.eq((ring_cursor - ring_read)[:ring_bits + 1] < ring_depth)
+        m.d.comb += ring_free.eq((ring_cursor - emitter.ring_read)[:ring_bits + 1] < ring_depth)
 
         # header store: the header record of each contribution and its first 16 payload bytes
-        HeaderEntry = data.StructLayout({"header": ParsedHeader, "own": 8 * _OWN_BYTES})
         m.submodules.header_store = header_store = Memory(shape=HeaderEntry, depth=S * N, init=[])
         hs_w = header_store.write_port()
-        hs_r = header_store.read_port()        # the header sequencer's: stored headers
-        own_r = header_store.read_port()       # the payload sequencer's: the first 16 payload bytes
+
+        # the emitter's sources: the packet ring, the header store (stored headers; first 16 payload bytes),
+        # the finished sums; its frames into the deparser, each with its class
+        wiring.connect(m, emitter.ring, ring.read_port())
+        wiring.connect(m, emitter.store_header, header_store.read_port())
+        wiring.connect(m, emitter.store_own, header_store.read_port())
+        wiring.connect(m, emitter.results, slots.read[0])
+        wiring.connect(m, slots.sum_done, emitter.sum_done)
+        wiring.connect(m, emitter.hdr, deparser.hdr)
+        wiring.connect(m, emitter.payload, deparser.i)
+        stream_to_fifo(m, emitter.classes, frame_classes)
+        m.d.comb += [emitter.switch.eq(regs.switch), emitter.jobs.eq(regs.jobs),
+                     emitter.connections.eq(regs.connections)]
+        m.d.comb += [emitter.sent[c].eq(sent[c]) for c in range(C)]
+        m.d.comb += [unsent_sub.eq(emitter.results_sent.valid), unsent_sub_at.eq(emitter.results_sent.message)]
+        count("frames_out", emitter.frame_out + replies_sent)
 
         # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
         # The match reads only configuration (written before traffic), never state, so it runs as the headers
@@ -882,7 +885,7 @@ class NetReduceSwitch(wiring.Component):
 
         # What a commit writes into the queues and the header store comes from the plan alone (``intended``)
         shifted = Signal(ParsedHeader)
-        own_bytes = window_now[:8 * _OWN_BYTES]
+        own_bytes = window_now[:8 * OWN_BYTES]
         m.d.comb += [
             shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
             headers.w_data.eq(Mux(intended == OUTCOME["FORWARD_GAP"], shifted, h)),
@@ -1231,7 +1234,7 @@ class NetReduceSwitch(wiring.Component):
                     first_slot = lossy_slot(plan.job, probe.k)
                     m.d.sync += [pk_len[first_slot].eq(length), pk_bitmap[first_slot].eq(lossy_bitmap)]
                     m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
-                                 hs_w.data.own.eq(window[:8 * _OWN_BYTES])]
+                                 hs_w.data.own.eq(window[:8 * OWN_BYTES])]
                     with m.If(lossy_full):
                         m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
                         m.next = "COMPLETE"
@@ -1323,254 +1326,7 @@ class NetReduceSwitch(wiring.Component):
                                  new_descriptor.workers.eq(job_n[release_job]),
                                  new_descriptor.value.eq(oldest + K)]
 
-        self._emitter(m, locals())
+        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN)
+        with m.If(emitter.psn_used.valid):
+            m.d.sync += sent[emitter.psn_used.conn].eq(sent[emitter.psn_used.conn] + 1)
         return m
-
-    # ---------------------------------------------------------------------------------------------------------
-
-    def _emitter(self, m, env):
-        """Descriptors in commit order to (header record, payload stream) pairs for the deparser."""
-        W, B, N = self.width, self.beat_bytes, self.workers
-        deparser, slots, descriptors, headers = env["deparser"], env["slots"], env["descriptors"], env["headers"]
-        Descriptor, hs_r, own_r, ring_r = env["Descriptor"], env["hs_r"], env["own_r"], env["ring_r"]
-        ring_read, ring_bits = env["ring_read"], env["ring_bits"]
-        req_mac, req_ip, job_id = env["req_mac"], env["req_ip"], env["job_id"]
-        sw_mac, sw_ip, ctl_port, count = env["sw_mac"], env["sw_ip"], env["ctl_port"], env["count"]
-        unsent_sub, unsent_sub_at, K = env["unsent_sub"], env["unsent_sub_at"], self.message_slots
-        resp_mac, resp_ip, resp_qpn = env["resp_mac"], env["resp_ip"], env["resp_qpn"]
-        req_vlan, resp_rkey, sent = env["req_vlan"], env["resp_rkey"], env["sent"]
-        FORWARD, DUPLICATE, RESULTS, CREDITS = range(4)
-
-        # The payload sequencer issues the payload words of each frame, one a clock, into the ``outgoing``
-        # FIFO in front of the deparser, while it holds a credit for an entry of that FIFO (counted in a
-        # register): nothing it decides waits on the deparser taking a word. Each frame's words come from
-        # one source: the packet ring (a FORWARD frame's words, as many as its descriptor says), the result
-        # memory (a slot's sum or a duplicate's stored sum, with a first packet's own 16 bytes over its
-        # start: a duplicate's from its descriptor, a result's from the header store) or the CREDIT control
-        # frame built from the descriptor. A word issued in one clock is written in the next (``issued``).
-        m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
-        outgoing_depth = 8          # credits return two clocks after an issue at the earliest, plus the FIFO
-        m.submodules.outgoing = outgoing = SyncFIFOBuffered(width=PayloadBeat(W).size, depth=outgoing_depth)
-        out = deparser.i
-        m.d.comb += [out.valid.eq(outgoing.r_rdy), out.payload.eq(outgoing.r_data), outgoing.r_en.eq(out.ready)]
-        credits = Signal(range(outgoing_depth + 1), init=outgoing_depth)
-
-        job = data.View(Descriptor, payload_jobs.r_data)
-        d = Signal(Descriptor)                  # the descriptor whose frames are being issued
-        worker = Signal(range(N + 1))           # ... for this worker
-        loaded, awaiting_sum = Signal(), Signal()
-        beat_no, last_no = Signal(range(self.max_frame // B + 2)), Signal(range(self.max_frame // B + 2))
-        more = Signal()                         # another frame of the descriptor follows (next worker)
-        go = Signal()
-        m.d.comb += go.eq(loaded & (credits != 0))
-        is_last = beat_no == last_no
-        m.d.sync += credits.eq(credits - go + (out.valid & out.ready))
-
-        # finished sums, taken from the slot memory as they come (sums finish in the order of the RESULTS
-        # descriptors), so that sums run ahead of the emission by as many packet slots as there are
-        sums_ready = Signal(range(self.slots + 2))
-        sum_used = Signal()
-        m.d.comb += slots.sum_done.ready.eq(1)
-        m.d.sync += sums_ready.eq(sums_ready + slots.sum_done.valid - sum_used)
-
-        control_beats = -(-ETH_MIN_FRAME // B)
-        with m.If(go):
-            m.d.sync += beat_no.eq(Mux(is_last, 0, beat_no + 1))
-            with m.If(is_last & more):
-                m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
-        take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
-        with m.If(take):
-            m.d.comb += payload_jobs.r_en.eq(1)
-            m.d.sync += loaded.eq(0)
-            with m.If(payload_jobs.r_rdy):
-                several = job.all                   # one frame per worker, from worker 0
-                needs_sum = (job.kind == RESULTS) & ~job.resend
-                sum_now = needs_sum & (sums_ready != 0)
-                m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(Mux(several, 0, job.worker)),
-                             more.eq(several & (job.workers > 1)),
-                             # (a payload of no bytes still takes one word, with no byte kept)
-                             last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
-                                            Mux(job.beats == 0, 0, job.beats - 1))),
-                             loaded.eq(~needs_sum | sum_now),
-                             awaiting_sum.eq(needs_sum & ~sum_now)]
-                m.d.comb += sum_used.eq(sum_now)
-        with m.If(awaiting_sum & (sums_ready != 0)):
-            m.d.sync += [loaded.eq(1), awaiting_sum.eq(0)]
-            m.d.comb += sum_used.eq(1)
-        with m.If(go & is_last & ~more):
-            m.d.comb += [unsent_sub.eq(d.kind == RESULTS), unsent_sub_at.eq(d.job * K + d.k)]
-
-        # the sources' reads, issued with the word
-        read = slots.read[0]
-        from_ring, from_results = d.kind == FORWARD, (d.kind == RESULTS) | (d.kind == DUPLICATE)
-        m.d.comb += [
-            ring_r.en.eq(go & from_ring), ring_r.addr.eq(ring_read[:ring_bits]),
-            read.en.eq(go & from_results), read.result_slot.eq(d.rslot), read.beat.eq(beat_no),
-            own_r.en.eq(go & (d.kind == RESULTS) & (beat_no == 0)),
-            own_r.addr.eq(d.slot * N + Mux(d.lossy, d.template, worker)),   # a bounded-loss result: the template's
-        ]
-        with m.If(go & from_ring):
-            m.d.sync += ring_read.eq(ring_read + 1)
-
-        # a CREDIT control frame, 60 bytes; the IPv4 checksum of each connection's control frames depends
-        # on configuration only: registered
-        checksums = Array(Signal(16, name=f"control_checksum_{c}") for c in range(self.connections))
-        for c in range(self.connections):
-            m.d.sync += checksums[c].eq(self._ipv4_checksum(m, sw_ip, req_ip[c]))
-        conn = d.job * N + worker
-        frame = self._control_frame(dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw_mac, src_ip=sw_ip,
-                                    checksum=checksums[conn], port=ctl_port, job=job_id[d.job], worker=worker,
-                                    value=d.value)
-        control_words = Array(frame[i * W:(i + 1) * W] for i in range(control_beats))
-
-        # the word issued a clock ago, with what the descriptor said of it
-        Issued = data.StructLayout({"valid": 1, "kind": 2, "first": 1, "last": 1, "keep": B, "overlay": 1,
-                                    "beat": range(max(1, 16 // B) + 1), "own": 8 * 16, "control": W})
-        issued = Signal(Issued)
-        last_control_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
-        m.d.sync += [
-            issued.valid.eq(go), issued.kind.eq(d.kind), issued.first.eq(beat_no == 0), issued.last.eq(is_last),
-            issued.keep.eq(Mux(d.kind == CREDITS, Mux(is_last, last_control_keep, (1 << B) - 1),
-                               lanes_below(d.length, beat_no, B))),
-            issued.overlay.eq(d.index0 & (beat_no < max(1, 16 // B))), issued.beat.eq(beat_no),
-            issued.control.eq(control_words[beat_no]),
-        ]
-        with m.If(go & (beat_no == 0)):
-            m.d.sync += issued.own.eq(d.own)
-        word = Signal(PayloadBeat(W))
-        result_data = Signal(W)
-        own_bytes = Mux(issued.kind == DUPLICATE, issued.own, own_r.data.own)
-        m.d.comb += result_data.eq(read.data)
-        with m.If(issued.overlay):
-            for lane in range(min(B, 16)):
-                for own_beat in range(max(1, 16 // B)):
-                    if own_beat * B + lane < 16:
-                        with m.If(issued.beat == own_beat):
-                            m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (own_beat * B + lane):][:8])
-        m.d.comb += [word.first.eq(issued.first), word.last.eq(issued.last), word.keep.eq(issued.keep),
-                     word.verdict.eq(_GOOD_VERDICT)]
-        with m.Switch(issued.kind):
-            with m.Case(FORWARD):
-                m.d.comb += [word.data.eq(ring_r.data.data), word.keep.eq(ring_r.data.keep),
-                             word.verdict.eq(ring_r.data.verdict)]
-            with m.Case(RESULTS, DUPLICATE):
-                m.d.comb += word.data.eq(result_data)
-            with m.Case(CREDITS):
-                m.d.comb += word.data.eq(issued.control)
-        m.d.comb += [outgoing.w_en.eq(issued.valid), outgoing.w_data.eq(word)]
-
-        # Two sequencers walk the descriptors in the same order: the header sequencer hands the deparser
-        # every frame's header record as early as it takes them (its plan FIFO holds the next ones), the
-        # payload sequencer streams the payloads behind them.
-        # Each record handed over also goes into ``frame_classes``, the class of its frame for the egress
-        # stage: its DSCP (a CREDIT's is CONTROL_DSCP; a frame the parser found no IP header in has 0) and
-        # ``lossy`` 0 (no frame of the switch's is of a bounded-loss job yet). A full queue holds the record.
-        frame_classes = env["frame_classes"]
-        h_control = Signal()
-        hdr = stream.Signature(ParsedHeader).flip().create()
-        m.d.comb += [deparser.hdr.valid.eq(hdr.valid & frame_classes.w_rdy), deparser.hdr.payload.eq(hdr.payload),
-                     hdr.ready.eq(deparser.hdr.ready & frame_classes.w_rdy)]
-        record = hdr.payload
-        record_dscp = Mux((record.ip_version == 4) | (record.ip_version == 6), record.ip_dscp, 0)
-        lossy_result = Signal()
-        m.d.comb += [frame_classes.w_en.eq(hdr.valid & hdr.ready),
-                     frame_classes.w_data.eq(Cat(Mux(h_control, CONTROL_DSCP, record_dscp)[:6], lossy_result))]
-        incoming = data.View(Descriptor, descriptors.r_data)
-        h_desc = Signal(Descriptor)
-        h_worker = Signal(range(N + 1))
-        store_read = Signal()
-        m.d.comb += [hs_r.en.eq(store_read),
-                     hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
-                     payload_jobs.w_data.eq(descriptors.r_data)]
-        count("frames_out", (hdr.valid & hdr.ready) + env["replies_sent"])
-        h_more = h_worker + 1 < h_desc.workers
-        with m.FSM(name="headers"):
-            def take():
-                """Take the next descriptor (in TAKE, or in the clock the last header of one is handed over,
-                so that a 1-beat frame's header goes every clock)."""
-                m.d.comb += [descriptors.r_en.eq(payload_jobs.w_rdy), payload_jobs.w_en.eq(descriptors.r_rdy)]
-                m.next = "TAKE"
-                with m.If(descriptors.r_rdy & payload_jobs.w_rdy):
-                    m.d.sync += [h_desc.eq(descriptors.r_data), h_worker.eq(Mux(incoming.all, 0, incoming.worker))]
-                    with m.Switch(incoming.kind):
-                        with m.Case(FORWARD, DUPLICATE):
-                            m.next = "FIFO_HEADER"
-                        with m.Case(RESULTS):
-                            m.next = "STORE_READ"
-                        with m.Case(CREDITS):
-                            m.next = "CONTROL_HEADER"
-
-            with m.State("TAKE"):
-                take()
-            with m.State("FIFO_HEADER"):
-                m.d.comb += [hdr.valid.eq(headers.r_rdy), hdr.payload.eq(headers.r_data),
-                             headers.r_en.eq(hdr.ready)]
-                with m.If(hdr.valid & hdr.ready):
-                    take()
-            with m.State("STORE_READ"):
-                m.d.comb += store_read.eq(1)
-                m.next = "STORE_HEADER"
-            with m.State("STORE_HEADER"):
-                m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(hs_r.data.header)]
-                with m.If(h_desc.lossy):
-                    # a bounded-loss result: the template addressed from the worker's requester to its
-                    # responder, with the connection's next PSN, the responder's R_Key and the bitmap
-                    c = h_desc.job * N + h_worker
-                    result_record = hdr.payload
-                    m.d.comb += [lossy_result.eq(1),
-                                 result_record.eth_dst.eq(resp_mac[c]), result_record.eth_src.eq(req_mac[c]),
-                                 result_record.vlan_valid.eq(req_vlan[c][12]),
-                                 result_record.vlan_tci.eq(req_vlan[c][:12]),
-                                 result_record.ip_src.eq(req_ip[c]), result_record.ip_dst.eq(resp_ip[c]),
-                                 result_record.bth_dest_qp.eq(resp_qpn[c]), result_record.bth_psn.eq(sent[c] + 1),
-                                 result_record.reth_rkey.eq(resp_rkey[c]), result_record.immdt.eq(h_desc.bitmap)]
-                    with m.If(hdr.ready):
-                        m.d.sync += sent[c].eq(sent[c] + 1)
-                with m.If(hdr.ready):
-                    m.d.sync += h_worker.eq(h_worker + 1)
-                    with m.If(h_desc.all & h_more):
-                        m.next = "STORE_READ"
-                    with m.Else():
-                        take()
-            with m.State("CONTROL_HEADER"):
-                m.d.comb += [hdr.valid.eq(1), hdr.payload.eq(0), h_control.eq(1)]
-                with m.If(hdr.ready):
-                    m.d.sync += h_worker.eq(h_worker + 1)
-                    with m.If(~(h_desc.all & h_more)):
-                        take()
-
-    _IPV4_VERSION_TOS = 0x4500 | CONTROL_DSCP << 2
-    _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 words
-
-    @classmethod
-    def _ipv4_checksum(cls, m, src_ip, dst_ip):
-        """The IPv4 header checksum of a control frame: the constant words, then the addresses, folded twice."""
-        total, once, checksum = Signal(20), Signal(17), Signal(16)
-        m.d.comb += [
-            total.eq(cls._IPV4_FIXED + src_ip[16:] + src_ip[:16] + dst_ip[16:] + dst_ip[:16]),
-            once.eq(total[:16] + total[16:]),
-            checksum.eq(~(once[:16] + once[16:])),
-        ]
-        return checksum
-
-    def _control_frame(self, *, dst_mac, dst_ip, src_mac, src_ip, checksum, port, job, worker, value):
-        """A CREDIT control frame (``netreduce.host.protocol.build_control_frame``), zero-padded to whole
-        beats: byte ``i`` in bits ``8i..8i+7``."""
-        def big_endian(v, n):
-            v = Value.cast(v)
-            v = Cat(v, Const(0, 8 * n - len(v))) if len(v) < 8 * n else v
-            return [v[8 * (n - 1 - i):8 * (n - i)] for i in range(n)]
-
-        def constant(v, n):
-            return [Const((v >> 8 * (n - 1 - i)) & 0xFF, 8) for i in range(n)]
-
-        octets = (big_endian(dst_mac, 6) + big_endian(src_mac, 6) + constant(ETHERTYPE_IPV4, 2)
-                  + constant(self._IPV4_VERSION_TOS, 2) + constant(40, 2) + constant(0, 2) + constant(0x4000, 2)
-                  + constant((64 << 8) | 17, 2) + big_endian(checksum, 2) + big_endian(src_ip, 4)
-                  + big_endian(dst_ip, 4) + big_endian(port, 2) + big_endian(port, 2) + constant(20, 2)
-                  + constant(0, 2) + constant(CONTROL_MAGIC, 2) + constant(CONTROL_VERSION, 1)
-                  + constant(int(ControlType.CREDIT), 1) + big_endian(job, 2) + big_endian(worker, 1)
-                  + constant(0, 1) + big_endian(value, 4))
-        beats = -(-ETH_MIN_FRAME // self.beat_bytes)
-        octets += [Const(0, 8)] * (beats * self.beat_bytes - len(octets))
-        return Cat(*octets)

@@ -1,0 +1,377 @@
+"""The switch's frames out, from the monitor's descriptors (``Emitter``).
+
+The monitor decides, in the order of the frames it takes, what leaves the switch, and writes each decision
+as a *descriptor* (``Emitter.Descriptor``) of one of four kinds (``Emission``); the emitter turns the
+descriptors, in that order, into the header records and payload streams that ``hw.deparser.RoceDeparser``
+serializes (docs/ARCHITECTURE.md, "Switch behaviour, per received frame": what each outcome sends):
+
+- ``FORWARD``: a frame that goes on (a pass-through, an ACK, a frame of no connection): its header record
+  from ``headers`` (the monitor's header queue, in the same order) and its payload words from the packet
+  ring (``ring``, ``beats`` of them from ``ring_read`` on);
+- ``DUPLICATE``: the answer to a duplicate: its header record from ``headers`` and the stored sum
+  (``results`` at result slot ``rslot``), a first packet's own 16 bytes (``own``) over its start;
+- ``RESULTS``: a packet slot's sum, once to each of the job's ``workers`` (``all``) or to ``worker`` (a
+  resend): each worker's stored header record (``store_header``) and the sum with that worker's own 16 bytes
+  (``store_own``) over a first packet's start. A bounded-loss result (``lossy``) is built from the template
+  worker's (``template``) stored header, addressed from the worker's requester to its responder, with the
+  connection's next PSN (``sent + 1``, used up: ``psn_used``), the responder's R_Key and the contributor
+  bitmap as immediate; its class marks it ``lossy`` for the egress stage. Every sum is taken from
+  ``sum_done`` before its frames (sums finish in the order of their RESULTS descriptors);
+- ``CREDITS``: a CREDIT control frame (``netreduce.host.protocol.build_control_frame``) from the switch to
+  each of the job's requesters (``all``) or to ``worker``'s, granting ``value``.
+
+Two sequencers walk the descriptors in the same order: the header sequencer hands every frame's header
+record to ``hdr`` as early as it can (and the frame's class to ``classes`` in the same clock: its DSCP, a
+CREDIT's ``CONTROL_DSCP``, 0 where the parser found no IP header), the payload sequencer streams the
+payloads behind them on ``payload``, one word a clock, on credits for the FIFO in front of ``payload``, so
+that nothing it decides waits on the deparser taking a word. ``results_sent`` marks the clock the last word
+of a RESULTS descriptor is issued (the message's ``msg_unsent`` goes down), ``frame_out`` each header handed
+over (``frames_out``).
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import ReadPort
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ...wire import (
+    CONTROL_DSCP,
+    CONTROL_MAGIC,
+    CONTROL_VERSION,
+    ETH_MIN_FRAME,
+    ETHERTYPE_IPV4,
+    ControlType,
+)
+from ..deparser import lanes_below
+from ..egress import FrameClass
+from ..slots import result_read_signature, sum_done_layout
+from ..stream import ParsedHeader, PayloadBeat, check_width
+from .registers import ConnectionEntry, JobEntry, SwitchAddress, fields_of
+
+__all__ = ["Emitter", "Emission", "HeaderEntry", "OWN_BYTES", "GOOD_VERDICT", "stored_beat_layout"]
+
+OWN_BYTES = 16              # the aggregation header: a first packet's own bytes in its results
+GOOD_VERDICT = 0b111        # icrc_ok, ipv4_csum_ok, len_ok
+
+# the header store: the header record of each contribution and its first 16 payload bytes
+HeaderEntry = data.StructLayout({"header": ParsedHeader, "own": 8 * OWN_BYTES})
+
+
+class Emission(enum.Enum, shape=2):
+    """What a descriptor sends (the module's docstring)."""
+    FORWARD = 0
+    DUPLICATE = 1
+    RESULTS = 2
+    CREDITS = 3
+
+
+def stored_beat_layout(width):
+    """A payload word in the packet ring, with its frame's verdict on its last word."""
+    return data.StructLayout({"data": width, "keep": width // 8, "last": 1, "verdict": 3})
+
+
+class Emitter(wiring.Component):
+    """``Emitter(*, width, workers, jobs, message_slots, slots, packet_beats, max_frame)``: the switch's
+    ``slots`` packet slots of ``packet_beats`` words, its frames of up to ``max_frame`` payload bytes.
+    Attributes the monitor builds on: ``Descriptor``, ``StoredBeat``, ``frame_beats`` (words of the longest
+    payload), ``ring_bits`` (address bits of the packet ring, which holds two such payloads)."""
+
+    OUTGOING_DEPTH = 8      # credits return two clocks after an issue at the earliest, plus the FIFO
+
+    def __init__(self, *, width, workers, jobs, message_slots, slots, packet_beats, max_frame):
+        check_width(width)
+        self.width, self.workers, self.jobs_count, self.message_slots = width, workers, jobs, message_slots
+        self.slots, self.packet_beats, self.max_frame = slots, packet_beats, max_frame
+        self.beat_bytes = B = width // 8
+        self.connections_count = C = jobs * workers
+        self.frame_beats = -(-max_frame // B)
+        self.ring_bits = ceil_log2(2 * self.frame_beats + 2)
+        self.StoredBeat = stored_beat_layout(width)
+        slot_bits = max(1, ceil_log2(slots))
+        worker_bits = max(1, ceil_log2(workers))
+        self.Descriptor = data.StructLayout({
+            "kind": Emission,
+            "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": range(self.frame_beats + 1),
+            "length": 16, "own": 8 * OWN_BYTES,
+            "job": max(1, ceil_log2(jobs)), "k": max(1, ceil_log2(message_slots)), "workers": worker_bits + 1,
+            "worker": worker_bits, "all": 1,
+            "value": 32,
+            # a bounded-loss result: built from the template's stored header for each receiver, the contributor
+            # bitmap its immediate; ``resend``: to one receiver again, from a finished sum
+            "lossy": 1, "resend": 1, "bitmap": workers, "template": worker_bits,
+        })
+        store_bits = ceil_log2(slots * workers)
+        super().__init__({
+            "descriptors": In(stream.Signature(self.Descriptor)),
+            "headers": In(stream.Signature(ParsedHeader)),
+            "sum_done": In(stream.Signature(sum_done_layout(slots))),
+            "results": Out(result_read_signature(width, slots, packet_beats)),
+            "ring": In(ReadPort.Signature(addr_width=self.ring_bits, shape=self.StoredBeat)),
+            "ring_read": Out(self.ring_bits + 1),
+            "store_header": In(ReadPort.Signature(addr_width=store_bits, shape=HeaderEntry)),
+            "store_own": In(ReadPort.Signature(addr_width=store_bits, shape=HeaderEntry)),
+            "hdr": Out(stream.Signature(ParsedHeader)),
+            "classes": Out(stream.Signature(FrameClass)),
+            "payload": Out(stream.Signature(PayloadBeat(width))),
+            "switch": In(SwitchAddress),
+            "jobs": In(data.ArrayLayout(JobEntry, jobs)),
+            "connections": In(data.ArrayLayout(ConnectionEntry, C)),
+            "sent": In(data.ArrayLayout(24, C)),
+            "psn_used": Out(data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(C))})),
+            "results_sent": Out(data.StructLayout({"valid": 1, "message": range(jobs * message_slots)})),
+            "frame_out": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, B, N, K = self.width, self.beat_bytes, self.workers, self.message_slots
+        C = self.connections_count
+        Descriptor = self.Descriptor
+        FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
+        req_mac = Array(fields_of(self.connections, C, "requester", "mac"))
+        req_ip = Array(fields_of(self.connections, C, "requester", "ip"))
+        req_vlan = Array(fields_of(self.connections, C, "requester", "vlan"))
+        resp_mac = Array(fields_of(self.connections, C, "responder", "mac"))
+        resp_ip = Array(fields_of(self.connections, C, "responder", "ip"))
+        resp_qpn = Array(fields_of(self.connections, C, "responder_qpn"))
+        resp_rkey = Array(fields_of(self.connections, C, "responder_rkey"))
+        job_id = Array(fields_of(self.jobs, self.jobs_count, "id"))
+        sent = Array(self.sent[c] for c in range(C))
+
+        # The payload sequencer issues the payload words of each frame, one a clock, into the ``outgoing``
+        # FIFO in front of ``payload``, while it holds a credit for an entry of that FIFO (counted in a
+        # register): nothing it decides waits on the deparser taking a word. Each frame's words come from
+        # one source: the packet ring (a FORWARD frame's words, as many as its descriptor says), the result
+        # memory (a slot's sum or a duplicate's stored sum, with a first packet's own 16 bytes over its
+        # start: a duplicate's from its descriptor, a result's from the header store) or the CREDIT control
+        # frame built from the descriptor. A word issued in one clock is written in the next (``issued``).
+        m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
+        depth = self.OUTGOING_DEPTH
+        m.submodules.outgoing = outgoing = SyncFIFOBuffered(width=PayloadBeat(W).size, depth=depth)
+        out = self.payload
+        m.d.comb += [out.valid.eq(outgoing.r_rdy), out.payload.eq(outgoing.r_data), outgoing.r_en.eq(out.ready)]
+        credits = Signal(range(depth + 1), init=depth)
+
+        job = data.View(Descriptor, payload_jobs.r_data)
+        d = Signal(Descriptor)                  # the descriptor whose frames are being issued
+        worker = Signal(range(N + 1))           # ... for this worker
+        loaded, awaiting_sum = Signal(), Signal()
+        beat_no, last_no = Signal(range(self.max_frame // B + 2)), Signal(range(self.max_frame // B + 2))
+        more = Signal()                         # another frame of the descriptor follows (next worker)
+        go = Signal()
+        m.d.comb += go.eq(loaded & (credits != 0))
+        is_last = beat_no == last_no
+        m.d.sync += credits.eq(credits - go + (out.valid & out.ready))
+
+        # finished sums, taken from the slot memory as they come (sums finish in the order of the RESULTS
+        # descriptors), so that sums run ahead of the emission by as many packet slots as there are
+        sums_ready = Signal(range(self.slots + 2))
+        sum_used = Signal()
+        m.d.comb += self.sum_done.ready.eq(1)
+        m.d.sync += sums_ready.eq(sums_ready + self.sum_done.valid - sum_used)
+
+        control_beats = -(-ETH_MIN_FRAME // B)
+        with m.If(go):
+            m.d.sync += beat_no.eq(Mux(is_last, 0, beat_no + 1))
+            with m.If(is_last & more):
+                m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
+        take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
+        with m.If(take):
+            m.d.comb += payload_jobs.r_en.eq(1)
+            m.d.sync += loaded.eq(0)
+            with m.If(payload_jobs.r_rdy):
+                several = job.all                   # one frame per worker, from worker 0
+                needs_sum = (job.kind == RESULTS) & ~job.resend
+                sum_now = needs_sum & (sums_ready != 0)
+                m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(Mux(several, 0, job.worker)),
+                             more.eq(several & (job.workers > 1)),
+                             # (a payload of no bytes still takes one word, with no byte kept)
+                             last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
+                                            Mux(job.beats == 0, 0, job.beats - 1))),
+                             loaded.eq(~needs_sum | sum_now),
+                             awaiting_sum.eq(needs_sum & ~sum_now)]
+                m.d.comb += sum_used.eq(sum_now)
+        with m.If(awaiting_sum & (sums_ready != 0)):
+            m.d.sync += [loaded.eq(1), awaiting_sum.eq(0)]
+            m.d.comb += sum_used.eq(1)
+        with m.If(go & is_last & ~more):
+            m.d.comb += [self.results_sent.valid.eq(d.kind == RESULTS), self.results_sent.message.eq(d.job * K + d.k)]
+
+        # the sources' reads, issued with the word
+        read, ring_r, own_r = self.results, self.ring, self.store_own
+        from_ring, from_results = d.kind == FORWARD, (d.kind == RESULTS) | (d.kind == DUPLICATE)
+        m.d.comb += [
+            ring_r.en.eq(go & from_ring), ring_r.addr.eq(self.ring_read[:self.ring_bits]),
+            read.en.eq(go & from_results), read.result_slot.eq(d.rslot), read.beat.eq(beat_no),
+            own_r.en.eq(go & (d.kind == RESULTS) & (beat_no == 0)),
+            own_r.addr.eq(d.slot * N + Mux(d.lossy, d.template, worker)),   # a bounded-loss result: the template's
+        ]
+        with m.If(go & from_ring):
+            m.d.sync += self.ring_read.eq(self.ring_read + 1)
+
+        # a CREDIT control frame, 60 bytes; the IPv4 checksum of each connection's control frames depends
+        # on configuration only: registered
+        sw = self.switch
+        checksums = Array(Signal(16, name=f"control_checksum_{c}") for c in range(C))
+        for c in range(C):
+            m.d.sync += checksums[c].eq(control_checksum(m, sw.ip, req_ip[c]))
+        conn = d.job * N + worker
+        frame = control_frame(B, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw.mac, src_ip=sw.ip,
+                              checksum=checksums[conn], port=sw.control_port, job=job_id[d.job], worker=worker,
+                              value=d.value)
+        control_words = Array(frame[i * W:(i + 1) * W] for i in range(control_beats))
+
+        # the word issued a clock ago, with what the descriptor said of it
+        Issued = data.StructLayout({"valid": 1, "kind": Emission, "first": 1, "last": 1, "keep": B, "overlay": 1,
+                                    "beat": range(max(1, OWN_BYTES // B) + 1), "own": 8 * OWN_BYTES, "control": W})
+        issued = Signal(Issued)
+        last_control_keep = (1 << (ETH_MIN_FRAME - (control_beats - 1) * B)) - 1
+        m.d.sync += [
+            issued.valid.eq(go), issued.kind.eq(d.kind), issued.first.eq(beat_no == 0), issued.last.eq(is_last),
+            issued.keep.eq(Mux(d.kind == CREDITS, Mux(is_last, last_control_keep, (1 << B) - 1),
+                               lanes_below(d.length, beat_no, B))),
+            issued.overlay.eq(d.index0 & (beat_no < max(1, OWN_BYTES // B))), issued.beat.eq(beat_no),
+            issued.control.eq(control_words[beat_no]),
+        ]
+        with m.If(go & (beat_no == 0)):
+            m.d.sync += issued.own.eq(d.own)
+        word = Signal(PayloadBeat(W))
+        result_data = Signal(W)
+        own_bytes = Mux(issued.kind == DUPLICATE, issued.own, own_r.data.own)
+        m.d.comb += result_data.eq(read.data)
+        with m.If(issued.overlay):
+            for lane in range(min(B, OWN_BYTES)):
+                for own_beat in range(max(1, OWN_BYTES // B)):
+                    if own_beat * B + lane < OWN_BYTES:
+                        with m.If(issued.beat == own_beat):
+                            m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (own_beat * B + lane):][:8])
+        m.d.comb += [word.first.eq(issued.first), word.last.eq(issued.last), word.keep.eq(issued.keep),
+                     word.verdict.eq(GOOD_VERDICT)]
+        with m.Switch(issued.kind):
+            with m.Case(FORWARD):
+                m.d.comb += [word.data.eq(ring_r.data.data), word.keep.eq(ring_r.data.keep),
+                             word.verdict.eq(ring_r.data.verdict)]
+            with m.Case(RESULTS, DUPLICATE):
+                m.d.comb += word.data.eq(result_data)
+            with m.Case(CREDITS):
+                m.d.comb += word.data.eq(issued.control)
+        m.d.comb += [outgoing.w_en.eq(issued.valid), outgoing.w_data.eq(word)]
+
+        # The header sequencer. A record and its class are handed over in the same clock (``hdr`` and
+        # ``classes`` both ready; neither's ``ready`` depends on its ``valid``).
+        h_control = Signal()
+        h_valid, h_ready = Signal(), Signal()
+        record = Signal(ParsedHeader)
+        lossy_result = Signal()
+        record_dscp = Mux((record.ip_version == 4) | (record.ip_version == 6), record.ip_dscp, 0)
+        m.d.comb += [
+            self.hdr.valid.eq(h_valid & self.classes.ready), self.hdr.payload.eq(record),
+            self.classes.valid.eq(h_valid & self.hdr.ready),
+            self.classes.payload.dscp.eq(Mux(h_control, CONTROL_DSCP, record_dscp)),
+            self.classes.payload.lossy.eq(lossy_result),
+            h_ready.eq(self.hdr.ready & self.classes.ready),
+            self.frame_out.eq(h_valid & h_ready),
+        ]
+        descriptors, headers, hs_r = self.descriptors, self.headers, self.store_header
+        incoming = descriptors.payload
+        h_desc = Signal(Descriptor)
+        h_worker = Signal(range(N + 1))
+        store_read = Signal()
+        m.d.comb += [hs_r.en.eq(store_read),
+                     hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
+                     payload_jobs.w_data.eq(descriptors.payload)]
+        h_more = h_worker + 1 < h_desc.workers
+        with m.FSM(name="headers"):
+            def take():
+                """Take the next descriptor (in TAKE, or in the clock the last header of one is handed over,
+                so that a 1-beat frame's header goes every clock)."""
+                m.d.comb += [descriptors.ready.eq(payload_jobs.w_rdy), payload_jobs.w_en.eq(descriptors.valid)]
+                m.next = "TAKE"
+                with m.If(descriptors.valid & payload_jobs.w_rdy):
+                    m.d.sync += [h_desc.eq(descriptors.payload), h_worker.eq(Mux(incoming.all, 0, incoming.worker))]
+                    with m.Switch(incoming.kind):
+                        with m.Case(FORWARD, DUPLICATE):
+                            m.next = "FIFO_HEADER"
+                        with m.Case(RESULTS):
+                            m.next = "STORE_READ"
+                        with m.Case(CREDITS):
+                            m.next = "CONTROL_HEADER"
+
+            with m.State("TAKE"):
+                take()
+            with m.State("FIFO_HEADER"):
+                m.d.comb += [h_valid.eq(headers.valid), record.eq(headers.payload), headers.ready.eq(h_ready)]
+                with m.If(h_valid & h_ready):
+                    take()
+            with m.State("STORE_READ"):
+                m.d.comb += store_read.eq(1)
+                m.next = "STORE_HEADER"
+            with m.State("STORE_HEADER"):
+                m.d.comb += [h_valid.eq(1), record.eq(hs_r.data.header)]
+                with m.If(h_desc.lossy):
+                    # a bounded-loss result: the template addressed from the worker's requester to its
+                    # responder, with the connection's next PSN, the responder's R_Key and the bitmap
+                    c = h_desc.job * N + h_worker
+                    m.d.comb += [lossy_result.eq(1),
+                                 record.eth_dst.eq(resp_mac[c]), record.eth_src.eq(req_mac[c]),
+                                 record.vlan_valid.eq(req_vlan[c][12]), record.vlan_tci.eq(req_vlan[c][:12]),
+                                 record.ip_src.eq(req_ip[c]), record.ip_dst.eq(resp_ip[c]),
+                                 record.bth_dest_qp.eq(resp_qpn[c]), record.bth_psn.eq(sent[c] + 1),
+                                 record.reth_rkey.eq(resp_rkey[c]), record.immdt.eq(h_desc.bitmap)]
+                    with m.If(h_ready):
+                        m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c)]
+                with m.If(h_ready):
+                    m.d.sync += h_worker.eq(h_worker + 1)
+                    with m.If(h_desc.all & h_more):
+                        m.next = "STORE_READ"
+                    with m.Else():
+                        take()
+            with m.State("CONTROL_HEADER"):
+                m.d.comb += [h_valid.eq(1), record.eq(0), h_control.eq(1)]
+                with m.If(h_ready):
+                    m.d.sync += h_worker.eq(h_worker + 1)
+                    with m.If(~(h_desc.all & h_more)):
+                        take()
+        return m
+
+
+# --- the CREDIT control frame --------------------------------------------------------------------------------
+
+_IPV4_VERSION_TOS = 0x4500 | CONTROL_DSCP << 2
+_IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 words
+
+
+def control_checksum(m, src_ip, dst_ip):
+    """The IPv4 header checksum of a control frame: the constant words, then the addresses, folded twice."""
+    total, once, checksum = Signal(20), Signal(17), Signal(16)
+    m.d.comb += [
+        total.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16] + dst_ip[16:] + dst_ip[:16]),
+        once.eq(total[:16] + total[16:]),
+        checksum.eq(~(once[:16] + once[16:])),
+    ]
+    return checksum
+
+
+def control_frame(beat_bytes, *, dst_mac, dst_ip, src_mac, src_ip, checksum, port, job, worker, value):
+    """A CREDIT control frame (``netreduce.host.protocol.build_control_frame``), zero-padded to whole beats
+    of ``beat_bytes``: byte ``i`` in bits ``8i..8i+7``."""
+    def big_endian(v, n):
+        v = Value.cast(v)
+        v = Cat(v, Const(0, 8 * n - len(v))) if len(v) < 8 * n else v
+        return [v[8 * (n - 1 - i):8 * (n - i)] for i in range(n)]
+
+    def constant(v, n):
+        return [Const((v >> 8 * (n - 1 - i)) & 0xFF, 8) for i in range(n)]
+
+    octets = (big_endian(dst_mac, 6) + big_endian(src_mac, 6) + constant(ETHERTYPE_IPV4, 2)
+              + constant(_IPV4_VERSION_TOS, 2) + constant(40, 2) + constant(0, 2) + constant(0x4000, 2)
+              + constant((64 << 8) | 17, 2) + big_endian(checksum, 2) + big_endian(src_ip, 4)
+              + big_endian(dst_ip, 4) + big_endian(port, 2) + big_endian(port, 2) + constant(20, 2)
+              + constant(0, 2) + constant(CONTROL_MAGIC, 2) + constant(CONTROL_VERSION, 1)
+              + constant(int(ControlType.CREDIT), 1) + big_endian(job, 2) + big_endian(worker, 1)
+              + constant(0, 1) + big_endian(value, 4))
+    beats = -(-ETH_MIN_FRAME // beat_bytes)
+    octets += [Const(0, 8)] * (beats * beat_bytes - len(octets))
+    return Cat(*octets)
