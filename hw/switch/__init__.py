@@ -11,7 +11,8 @@
 - ``management.ManagementAgent``: the in-band control plane's register operations and replies (with a
   management address);
 - ``hw.deparser.RoceDeparser``, ``hw.ports.FrameArbiter`` (the replies joining the frames out) and
-  ``hw.ports.FrameRouter``: frames out of their ports.
+  ``hw.ports.FrameRouter`` with ``forwarding.ForwardingTable`` (the port of each destination MAC): frames
+  out of their ports.
 """
 
 from .top import NetReduceSwitch

@@ -101,6 +101,7 @@ from ..stream import (
     stream_to_fifo,
 )
 from .emitter import OWN_BYTES, Emission, Emitter, HeaderEntry
+from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
 from .registers import SwitchRegisters, fields_of, vlan_of
@@ -302,19 +303,15 @@ class NetReduceSwitch(wiring.Component):
         def field(records, count, *path):
             return Array(fields_of(records, count, *path))
 
-        E = self.forwarding_entries
-        # the forwarding table, on the destination MAC in the first six bytes of each frame out
-        destination_mac = Cat(*[router.i.payload.data[8 * i:8 * i + 8] for i in reversed(range(6))])
-        # (a port number the build lacks is never taken: an entry naming one is not used, such a default is 0)
-        default_port = regs.switch.default_port
-        m.d.comb += router.destination.eq(Mux(default_port < self.ports, default_port, 0))
-        for e in reversed(range(E)):
-            entry = regs.forwarding[e]
-            with m.If(entry.valid & (entry.mac == destination_mac) & (entry.port < self.ports)):
-                m.d.comb += router.destination.eq(entry.port)
+        # the forwarding table, on the first beat of each frame out (a management reply leaves by its request's port)
+        m.submodules.forwarding = forwarding = ForwardingTable(width=W, ports=self.ports,
+                                                               entries=self.forwarding_entries)
+        m.d.comb += [forwarding.beat.eq(router.i.payload.data), forwarding.entries.eq(regs.forwarding),
+                     forwarding.default_port.eq(regs.switch.default_port)]
         if self.management is not None:
-            with m.If(replies.port == 1):
-                m.d.comb += router.destination.eq(agent.port)
+            m.d.comb += router.destination.eq(Mux(replies.port == 1, agent.port, forwarding.port))
+        else:
+            m.d.comb += router.destination.eq(forwarding.port)
         job_valid, job_id = field(regs.jobs, J, "valid"), field(regs.jobs, J, "id")
         job_n, job_mtu = field(regs.jobs, J, "workers"), field(regs.jobs, J, "mtu")
         job_start_msg = field(regs.jobs, J, "start_msg")
@@ -347,12 +344,20 @@ class NetReduceSwitch(wiring.Component):
         # its results have left, even if an ACK (which no real NIC sends this early) says otherwise
         # (a bounded-loss message's result descriptors, resends included: fewer than the descriptors queue holds
         # and the emitter's four, far fewer than 2^8)
+        # ``msg_all_sent``: ``msg_unsent == 0``, kept in a register of its own beside the count (from the count's
+        # comparisons with 0 and 1, in parallel with the decisions that change it), so that no decision that
+        # reads it runs through an 8-bit comparison
         msg_unsent = registers(J * K, 8, "msg_unsent")
+        msg_all_sent = Array(Signal(name=f"msg_all_sent_{i}", init=1) for i in range(J * K))
         unsent_add, unsent_sub = Signal(), Signal()
         unsent_add_at, unsent_sub_at = Signal(range(J * K)), Signal(range(J * K))
         for i in range(J * K):
-            m.d.sync += msg_unsent[i].eq(msg_unsent[i] + (unsent_add & (unsent_add_at == i))
-                                         - (unsent_sub & (unsent_sub_at == i)))
+            added, subtracted = unsent_add & (unsent_add_at == i), unsent_sub & (unsent_sub_at == i)
+            m.d.sync += msg_unsent[i].eq(msg_unsent[i] + added - subtracted)
+            with m.If(added & ~subtracted):
+                m.d.sync += msg_all_sent[i].eq(0)
+            with m.Elif(subtracted & ~added):
+                m.d.sync += msg_all_sent[i].eq(msg_unsent[i] == 1)
         # each counter grows by what its event's clock sets (SwitchRegisters adds it a clock later)
         def count(name, amount=1):
             m.d.comb += regs.increments[name].eq(amount)
@@ -617,7 +622,7 @@ class NetReduceSwitch(wiring.Component):
 
         def results_left(k):
             message = plan.job * K + k
-            return msg_complete[message] & (msg_unsent[message] == 0)
+            return msg_complete[message] & msg_all_sent[message]
 
         def bank_free(k):
             return ~worker_bit(k) | results_left(k)
@@ -966,7 +971,7 @@ class NetReduceSwitch(wiring.Component):
         def reopen_clear(job):
             """Every message slot that ``probe.opens`` reopens has sent all its previous message's results and
             resends (they read its header store entries and its result entry): else the opening waits."""
-            return Cat(*[~probe.opens[k] | (msg_unsent[job * K + k] == 0) for k in range(K)]).all()
+            return Cat(*[~probe.opens[k] | msg_all_sent[job * K + k] for k in range(K)]).all()
 
         def lossy_results(job, k, length, bitmap):
             """The RESULTS descriptor of message slot ``k`` of ``job`` (completed with ``bitmap``), its result
@@ -1044,7 +1049,7 @@ class NetReduceSwitch(wiring.Component):
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
         # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
-        releases = plan.releases & (msg_unsent[plan.oldest_message] == 0)
+        releases = plan.releases & msg_all_sent[plan.oldest_message]
         # RELEASE frees messages while the oldest is delivered and its results have left, checked (and the
         # message registered) in RELEASE_CHECK, a clock before
         release_job = plan.job
@@ -1304,7 +1309,7 @@ class NetReduceSwitch(wiring.Component):
                                  new_descriptor.value.eq(advance_oldest + W_lossy)]
                     m.next = "ADVANCE_CHECK"
             with m.State("RELEASE_CHECK"):
-                m.d.sync += [releasable.eq(release_allowed & delivered_now & (msg_unsent[oldest_message] == 0)),
+                m.d.sync += [releasable.eq(release_allowed & delivered_now & msg_all_sent[oldest_message]),
                              released.eq(oldest_message)]
                 m.next = "RELEASE"
             with m.State("RELEASE"):
