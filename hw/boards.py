@@ -20,8 +20,9 @@ docs/ARCHITECTURE.md, "In-band control plane"), and its ``csr`` port is tied off
 """
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, IOPort, Module, ResetSignal, Signal
 from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
@@ -31,8 +32,8 @@ from .rgmii import Rgmii
 from .stream import axis_to_frames, frames_to_axis
 from .switch import NetReduceSwitch
 
-__all__ = ["Board", "BOARDS", "SwitchOnBoard", "SwitchOnGmii", "ecp5_pll", "PllConfig", "default_sys_mhz",
-           "board_constraints"]
+__all__ = ["Board", "BOARDS", "SwitchOnBoard", "SwitchOnGmii", "SwitchOnRgmii", "ecp5_pll", "PllConfig",
+           "default_sys_mhz", "board_constraints", "rgmii_port"]
 
 TX_HZ = 125_000_000
 WIDTH = 64
@@ -162,18 +163,25 @@ class SwitchOnBoard(Elaboratable):
         for domain in ("tx", "sync") + tuple(f"rx{p}" for p in range(board.ports)):
             m.submodules[f"reset_{domain}"] = ResetSynchronizer(~locked, domain=domain)
         for p in range(board.ports):
-            pins = platform.request("eth_rgmii", p, dir="-")
-            m.submodules[f"rgmii{p}"] = rgmii = Rgmii(pins, rx_domain=f"rx{p}", tx_domain="tx")
-            m.submodules[f"port{p}"] = port = EthernetPort(WIDTH, max_frame=self.max_frame,
-                                                           rx_domain=f"rx{p}", tx_domain="tx")
-            m.d.comb += [port.rx_dv.eq(rgmii.rx_dv), port.rx_er.eq(rgmii.rx_er), port.rxd.eq(rgmii.rxd),
-                         rgmii.tx_en.eq(port.tx_en), rgmii.tx_er.eq(port.tx_er), rgmii.txd.eq(port.txd)]
-            if self.loopback:
-                wiring.connect(m, port.o, port.i)
-            else:
-                frames_to_axis(m, port.o, switch.s_axis[p])
-                axis_to_frames(m, switch.m_axis[p], port.i)
+            rgmii_port(m, p, platform.request("eth_rgmii", p, dir="-"), None if self.loopback else switch,
+                       self.max_frame)
         return m
+
+
+def rgmii_port(m, p, pins, switch, max_frame):
+    """Port ``p`` of a board top: its RGMII ``pins`` (``Rgmii``, receive domain ``rx<p>``, which the caller
+    defines) through an ``EthernetPort`` (transmit domain ``tx``) into port ``p`` of ``switch`` and back, or
+    with ``switch`` None, each good frame back out (the bring-up image). Returns the ``EthernetPort``."""
+    m.submodules[f"rgmii{p}"] = rgmii = Rgmii(pins, rx_domain=f"rx{p}", tx_domain="tx")
+    m.submodules[f"port{p}"] = port = EthernetPort(WIDTH, max_frame=max_frame, rx_domain=f"rx{p}", tx_domain="tx")
+    m.d.comb += [port.rx_dv.eq(rgmii.rx_dv), port.rx_er.eq(rgmii.rx_er), port.rxd.eq(rgmii.rxd),
+                 rgmii.tx_en.eq(port.tx_en), rgmii.tx_er.eq(port.tx_er), rgmii.txd.eq(port.txd)]
+    if switch is None:
+        wiring.connect(m, port.o, port.i)
+    else:
+        frames_to_axis(m, port.o, switch.s_axis[p])
+        axis_to_frames(m, switch.m_axis[p], port.i)
+    return port
 
 
 def board_constraints(board):
@@ -225,4 +233,50 @@ class SwitchOnGmii(wiring.Component):
                          pins.tx_en.eq(port.tx_en), pins.tx_er.eq(port.tx_er), pins.txd.eq(port.txd)]
             frames_to_axis(m, port.o, switch.s_axis[p])
             axis_to_frames(m, switch.m_axis[p], port.i)
+        return m
+
+
+# the RGMII pins of a simulated board port, as the top's Verilog ports name them: rgmii<p>_<name>
+RGMII_PINS = (("rx_clk", 1), ("rx_ctl", 1), ("rx_data", 4), ("tx_clk", 1), ("tx_ctl", 1), ("tx_data", 4))
+
+
+class SwitchOnRgmii(wiring.Component):
+    """``SwitchOnBoard`` from its clocks to its pins, for simulation: ``ports`` RGMII ports (Verilog ports
+    ``rgmii<p>_rx_clk``, ``_rx_ctl``, ``_rx_data`` in, ``rgmii<p>_tx_clk``, ``_tx_ctl``, ``_tx_data`` out),
+    each through ``Rgmii`` and an ``EthernetPort`` (``rgmii_port``, as on the board) into a 64-bit
+    ``NetReduceSwitch`` built with ``switch`` (its ``management`` address given: ``csr`` is tied off). The
+    Versa ECP5's platform (``simulation_platform``) lowers the DDR and pin buffers to the ECP5's primitives
+    (IDDRX1F, ODDRX1F, IB, OBZ and the output enable's flip-flops), whose behavioural models are
+    ``tb/ecp5_primitives.v``. No PLL: the switch's clock (``clk``) and the transmit clock (``tx_clk``, 125 MHz)
+    are inputs, each port's receive clock comes in on its pin, and ``reset`` holds every domain in reset
+    until it is released, through a ``ResetSynchronizer`` per domain, as the PLL's lock does on the board.
+    Each port's counters are outputs (``counters[p]``: ``EthernetPort.COUNTERS``), for the testbench: the
+    board has no register for them yet."""
+
+    simulation_platform = "amaranth_boards.versa_ecp5:VersaECP5Platform"
+
+    def __init__(self, ports, **switch):
+        if switch.get("management") is None:
+            raise ValueError("the switch on a board is configured in-band only: give it a management address")
+        self.switch = NetReduceSwitch(width=WIDTH, ports=ports, **switch)
+        self.ports = ports
+        counters = wiring.Signature({name: Out(32) for name in EthernetPort.COUNTERS})
+        super().__init__({"clk": In(1), "tx_clk": In(1), "reset": In(1), "counters": Out(counters).array(ports)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain("sync")
+        m.domains.tx = ClockDomain("tx")
+        m.d.comb += [ClockSignal("sync").eq(self.clk), ClockSignal("tx").eq(self.tx_clk)]
+        m.submodules.switch = switch = self.switch
+        m.d.comb += switch.csr.we.eq(0)         # configured in-band
+        for p in range(self.ports):
+            m.domains += ClockDomain(f"rx{p}")
+        for domain in ("sync", "tx") + tuple(f"rx{p}" for p in range(self.ports)):
+            m.submodules[f"reset_{domain}"] = ResetSynchronizer(self.reset, domain=domain)
+        for p in range(self.ports):
+            pins = SimpleNamespace(**{name: io.SingleEndedPort(IOPort(width, name=f"rgmii{p}_{name}"))
+                                      for name, width in RGMII_PINS})
+            port = rgmii_port(m, p, pins, switch, switch.longest_frame)
+            m.d.comb += [getattr(self.counters[p], name).eq(getattr(port, name)) for name in EthernetPort.COUNTERS]
         return m

@@ -41,6 +41,9 @@ class EthernetPort(wiring.Component):
     """A board's Ethernet port on GMII (module documentation). ``filter_bytes``: the receive buffer of
     ``FrameFilter`` (default two largest frames, rounded up to a power of two of beats)."""
 
+    COUNTERS = ("rx_good", "rx_drops_fcs", "rx_drops_runt", "rx_drops_error", "rx_drops_oversize",
+                "rx_preamble_errors", "rx_drops_full", "tx_frames", "tx_underruns")
+
     def __init__(self, width, *, max_frame=9216, rx_domain="rx", tx_domain="tx", filter_bytes=None):
         self.width = check_width(width)
         self.max_frame, self.rx_domain, self.tx_domain = max_frame, rx_domain, tx_domain
@@ -52,9 +55,7 @@ class EthernetPort(wiring.Component):
             "tx_en": Out(1), "tx_er": Out(1), "txd": Out(8),
             "o": Out(frame_stream(width)),
             "i": In(frame_stream(width)),
-            **{name: Out(COUNTER_BITS) for name in (
-                "rx_good", "rx_drops_fcs", "rx_drops_runt", "rx_drops_error", "rx_drops_oversize",
-                "rx_preamble_errors", "rx_drops_full", "tx_frames", "tx_underruns")},
+            **{name: Out(COUNTER_BITS) for name in self.COUNTERS},
         })
 
     def elaborate(self, platform):

@@ -110,8 +110,16 @@ def default_simulator():
 
 
 def generate_verilog(component, name, path=None):
-    """Verilog text of ``component`` as module ``name`` (written to ``path`` if given)."""
-    text = verilog.convert(component, name=name, emit_src=False)
+    """Verilog text of ``component`` as module ``name`` (written to ``path`` if given). A component that
+    needs a platform's lowering to elaborate (DDR I/O buffers) names the platform class in its
+    ``simulation_platform`` (``"module:Class"``); the primitives it then instantiates need models among
+    the simulation's sources."""
+    platform = getattr(component, "simulation_platform", None)
+    if platform is not None:
+        import importlib
+        module, cls = platform.split(":")
+        platform = getattr(importlib.import_module(module), cls)()
+    text = verilog.convert(component, name=name, emit_src=False, platform=platform)
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
@@ -275,7 +283,7 @@ def verilog_cache():
 
 
 def run_cocotb(component, *, name, test_module, build_params=None, params=None, simulator=None,
-               waves=None, testcase=None, build_root=None, extra_env=None, quiet=False):
+               waves=None, testcase=None, build_root=None, extra_env=None, quiet=False, extra_sources=()):
     """Build ``component`` as Verilog module ``name`` and run cocotb ``test_module`` against it.
 
     ``build_params`` (the HDL parameters) name the build folder, so runs that differ only in ``params``
@@ -285,7 +293,8 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
     build folder instead of standard output. Raises :class:`SimulationError` if any test fails; returns
     the number of cocotb tests run. ``waves``: a waveform (``WAVES_FILE``) in the build folder when true
     (default: the ``WAVES`` environment variable); a path: the waveform is moved there after the run,
-    failed or not (if the simulator wrote one).
+    failed or not (if the simulator wrote one). ``extra_sources``: Verilog files built with the design (models
+    of the primitives it instantiates).
     """
     import fcntl
     import uuid
@@ -300,7 +309,9 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
                  / (_param_tag(build_params) + ("-waves" if waves else "")))
     build_dir.mkdir(parents=True, exist_ok=True)
     text = _cached_verilog(component, name, build_dir, build_params)
-    stamp_text = (hashlib.sha256(text.encode()).hexdigest() + ("-waves" if waves else "")
+    extra_sources = [Path(source) for source in extra_sources]
+    stamp_text = (hashlib.sha256(text.encode() + b"".join(source.read_bytes() for source in extra_sources)).hexdigest()
+                  + ("-waves" if waves else "")
                   + (verilator_cxx_opt() + VERILATOR_CONTROL if simulator == "verilator" else ""))
 
     env_add = simulator_env(simulator)
@@ -314,7 +325,7 @@ def run_cocotb(component, *, name, test_module, build_params=None, params=None, 
             fresh = not (stamp.exists() and stamp.read_text() == stamp_text)
             if fresh:
                 source.write_text(verilator_source(text) if simulator == "verilator" else text)
-            sources = [source]
+            sources = [*extra_sources, source]
             if simulator == "verilator":        # cocotb takes the last source for the top's language
                 control = build_dir / "public.vlt"
                 control.write_text(VERILATOR_CONTROL.format(top=name))

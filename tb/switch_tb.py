@@ -522,7 +522,7 @@ async def run_network(dut, network, send, receive, ports, time_limit_ns, poll_cl
     nanoseconds are the simulator's): each frame the network hands over goes out, in order, through
     ``await send(port, frame)``; each frame ``await receive(port)`` gives (bytes) goes back to the network.
     Until the network ends, or ``time_limit_ns`` (status "timeout"), looking every ``poll_clocks`` clocks.
-    Returns ``now()``, the network's time."""
+    Returns ``now()``, the network's time; ``send`` and ``receive`` are no longer called."""
     engine = network.engine
     origin = get_sim_time("ns")
 
@@ -543,14 +543,14 @@ async def run_network(dut, network, send, receive, ports, time_limit_ns, poll_cl
             network.from_switch(port, frame)
 
     network.start()
-    cocotb.start_soon(feed())
-    for port in range(ports):
-        cocotb.start_soon(collect(port))
+    tasks = [cocotb.start_soon(feed())] + [cocotb.start_soon(collect(port)) for port in range(ports)]
     while network.advance(now()) is None:
         if now() > time_limit_ns:
             network.status = "timeout"
             break
         await ClockCycles(dut.clk, poll_clocks)
+    for task in tasks:          # the ports are the caller's again
+        task.cancel()
     return now
 
 

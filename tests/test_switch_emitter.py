@@ -26,6 +26,7 @@ from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch.emitter import OWN_BYTES, Emission, Emitter, HeaderEntry
 from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
 from netreduce.registers import vlan_word
+from netreduce.sim.amaranth_streams import send_records
 from netreduce.sim.roce_model import deparse_frame, parse_frame
 from netreduce.wire import CONTROL_DSCP, CONTROL_PORT, UC_WRITE_OPCODES, ControlType
 
@@ -234,20 +235,9 @@ def run_scenario(width, *, seed, idle, backpressure):
                 "responder": {"mac": resp["mac"], "ip": ip_to_int(resp["ip"])}}))
             ctx.set(e.sent[c], s.sent_at_start[c])
         await ctx.tick().repeat(2)          # the control frames' checksums are registered
-        for descriptor in s.descriptors:
-            while rng.random() < idle:
-                await ctx.tick()
-            ctx.set(e.descriptors.payload, e.Descriptor.const(descriptor))
-            ctx.set(e.descriptors.valid, 1)
-            await ctx.tick().until(e.descriptors.ready)
-            ctx.set(e.descriptors.valid, 0)
+        await send_records(e.descriptors, [e.Descriptor.const(d) for d in s.descriptors], idle=idle, seed=seed)(ctx)
 
-    async def offer_headers(ctx):
-        for header in s.headers:
-            ctx.set(e.headers.payload, ParsedHeader.const(header))
-            ctx.set(e.headers.valid, 1)
-            await ctx.tick().until(e.headers.ready)
-            ctx.set(e.headers.valid, 0)
+    offer_headers = send_records(e.headers, [ParsedHeader.const(header) for header in s.headers])
 
     async def own_the_sent_psns(ctx):
         """The owner of the connections' sent PSNs (the monitor): one more for each PSN the emitter uses."""
