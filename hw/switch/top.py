@@ -54,7 +54,7 @@ Control registers (``csr``): ``registers.SwitchRegisters``, the map of ``netredu
 import dataclasses
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, wiring
+from amaranth.lib import data, enum, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -118,6 +118,24 @@ _ACKNOWLEDGE = 0x11
 _NAK_SEQUENCE = 0x60
 _LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # a bounded-loss job's one data opcode (0x2B)
 _MSG_SEQ_BYTE = 11          # the last (least significant) byte of the aggregation header's msg_seq
+
+
+class Outcome(enum.Enum, shape=4):
+    """What the monitor's commit does with a frame (docs/ARCHITECTURE.md, "Switch behaviour, per received
+    frame"): dropped; forwarded (a gap's first packet with its PSN shifted back); an ACK forwarded; a
+    contribution; a duplicate answered; a control frame's request (CHECK, then CREDIT or RESULT_REQUEST); a
+    management request; a bounded-loss contribution (decided in LOSSY)."""
+    DROP = 0
+    FORWARD = 1
+    FORWARD_GAP = 2
+    ACK = 3
+    CONTRIBUTE = 4
+    DUPLICATE = 5
+    CREDIT = 6
+    CHECK = 7
+    MANAGE = 8
+    LOSSY = 9
+    RESULT_REQUEST = 10
 
 
 def _not_behind(a, b):
@@ -753,9 +771,6 @@ class NetReduceSwitch(wiring.Component):
             agent_ready = Const(1)
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        OUTCOMES = ("DROP", "FORWARD", "FORWARD_GAP", "ACK", "CONTRIBUTE", "DUPLICATE", "CREDIT", "CHECK", "MANAGE",
-                    "LOSSY", "RESULT_REQUEST")
-        OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
         R = {name: i for i, name in enumerate(COUNTERS)}
 
         # The decision. Everything the last beat settles (the verdicts, the size, whether the aggregation
@@ -766,11 +781,11 @@ class NetReduceSwitch(wiring.Component):
         # beat. The outcome for each value of the two facts is worked out too, for the counters.
         def decide_from_plan(agg_ok, ends_at_length):
             """(outcome, reason) of a frame whose verdicts are good and size is within bounds."""
-            outcome_, reason = (Signal(range(len(OUTCOMES)), name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
+            outcome_, reason = (Signal(Outcome, name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
                                 Signal(range(len(COUNTERS)), name=f"reason_{agg_ok.value}{ends_at_length.value}"))
 
             def decide(kind, reason_name):
-                return [outcome_.eq(OUTCOME[kind]), reason.eq(R[reason_name])]
+                return [outcome_.eq(Outcome[kind]), reason.eq(R[reason_name])]
             dup_length_ok = plan.dup_same_length & ends_at_length
             with m.If(plan.spoofed):
                 m.d.comb += decide("DROP", "drop_spoofed")
@@ -781,7 +796,7 @@ class NetReduceSwitch(wiring.Component):
             with m.Elif(plan.management):       # decided in MANAGEMENT (``managing``)
                 m.d.comb += decide("DROP", "management_bad")
             with m.Elif(plan.control):
-                m.d.comb += outcome_.eq(OUTCOME["CHECK"])
+                m.d.comb += outcome_.eq(Outcome.CHECK)
             with m.Elif(plan.plain):
                 m.d.comb += decide("FORWARD", "forwarded")
             with m.Elif(plan.ack):
@@ -790,7 +805,7 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(~plan.write_op):
                     m.d.comb += decide("FORWARD", "passthrough_opcode")
                 with m.Elif(plan.lossy):        # decided in LOSSY (``lossy_committing``)
-                    m.d.comb += outcome_.eq(OUTCOME["LOSSY"])
+                    m.d.comb += outcome_.eq(Outcome.LOSSY)
                 with m.Elif(plan.gap):
                     m.d.comb += decide("FORWARD_GAP", "passthrough_gap")
                 with m.Elif(plan.behind):
@@ -820,10 +835,10 @@ class NetReduceSwitch(wiring.Component):
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
         lossy_committing = Signal()     # the monitor is in LOSSY: a bounded-loss contribution is decided
         lossy_go, lossy_reason = Signal(), Signal(range(len(COUNTERS)))     # its decision (LOSSY)
-        intended = Signal(range(len(OUTCOMES)))
-        m.d.comb += intended.eq(Mux(managing, OUTCOME["MANAGE"],
-                                    Mux(checking, Mux(request.results, OUTCOME["RESULT_REQUEST"], OUTCOME["CREDIT"]),
-                                        Mux(lossy_committing, OUTCOME["LOSSY"], by_facts[0b11][0]))))
+        intended = Signal(Outcome)
+        m.d.comb += intended.eq(Mux(managing, Outcome.MANAGE,
+                                    Mux(checking, Mux(request.results, Outcome.RESULT_REQUEST, Outcome.CREDIT),
+                                        Mux(lossy_committing, Outcome.LOSSY, by_facts[0b11][0]))))
         # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
         # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
         size_ok = ~oversize & ~too_long
@@ -839,7 +854,7 @@ class NetReduceSwitch(wiring.Component):
 
         def happens(*kinds):
             """The frame being committed has one of these outcomes."""
-            return Cat(*[(intended == OUTCOME[kind]) & needs[kind] for kind in kinds]).any()
+            return Cat(*[(intended == Outcome[kind]) & needs[kind] for kind in kinds]).any()
 
         # The reason each frame is counted under, a clock after its commit, from what the commit registered.
         Settled = data.StructLayout({"lossy": 1, "lossy_reason": range(len(COUNTERS)), "results": 1,
@@ -893,25 +908,25 @@ class NetReduceSwitch(wiring.Component):
         own_bytes = window_now[:8 * OWN_BYTES]
         m.d.comb += [
             shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
-            headers.w_data.eq(Mux(intended == OUTCOME["FORWARD_GAP"], shifted, h)),
+            headers.w_data.eq(Mux(intended == Outcome.FORWARD_GAP, shifted, h)),
             hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(h), hs_w.data.own.eq(own_bytes),
             unsent_add_at.eq(plan.job * K + plan.k),
             new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
             new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),
         ]
         with m.Switch(intended):
-            with m.Case(OUTCOME["FORWARD"], OUTCOME["FORWARD_GAP"], OUTCOME["ACK"]):
+            with m.Case(Outcome.FORWARD, Outcome.FORWARD_GAP, Outcome.ACK):
                 m.d.comb += [new_descriptor.kind.eq(FORWARD), new_descriptor.beats.eq(beat_index + 1)]
-            with m.Case(OUTCOME["DUPLICATE"]):
+            with m.Case(Outcome.DUPLICATE):
                 m.d.comb += [new_descriptor.kind.eq(DUPLICATE), new_descriptor.rslot.eq(plan.dup_rslot),
                              new_descriptor.index0.eq(plan.dup_index0), new_descriptor.beats.eq(packet_beats),
                              new_descriptor.length.eq(length), new_descriptor.own.eq(own_bytes)]
-            with m.Case(OUTCOME["CREDIT"]):
+            with m.Case(Outcome.CREDIT):
                 m.d.comb += [new_descriptor.kind.eq(CREDITS), new_descriptor.job.eq(request_j),
                              new_descriptor.worker.eq(request_worker), new_descriptor.all.eq(0),
                              new_descriptor.workers.eq(job_n[request_j]),
                              new_descriptor.value.eq(job_oldest[request_j] + Mux(request_lossy, W_lossy, K) - 1)]
-            with m.Case(OUTCOME["CONTRIBUTE"]):
+            with m.Case(Outcome.CONTRIBUTE):
                 m.d.comb += [new_descriptor.kind.eq(RESULTS), new_descriptor.slot.eq(slot),
                              new_descriptor.rslot.eq(result_slot), new_descriptor.index0.eq(plan.index == 0),
                              new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
@@ -1111,11 +1126,11 @@ class NetReduceSwitch(wiring.Component):
                     with m.If(plan.ahead):
                         count("acks_ahead")
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
-                with m.If((intended == OUTCOME["ACK"]) & releases):
+                with m.If((intended == Outcome.ACK) & releases):
                     m.next = "RELEASE_CHECK"
                 with m.Elif(happens("RESULT_REQUEST")):
                     m.next = "RR_READ"
-                with m.Elif(intended == OUTCOME["LOSSY"]):
+                with m.Elif(intended == Outcome.LOSSY):
                     # the next header in this clock unless the contribution opens messages (new deadlines,
                     # which ``due`` must see first) or fills its message (COMPLETE follows)
                     m.next = "IDLE"
