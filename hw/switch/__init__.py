@@ -1,6 +1,8 @@
 """The NetReduce switch as composed components, in the order a frame flows through them:
 
 - ``hw.ports.FrameArbiter``: the P input ports into one pipeline, each frame's port noted;
+- ``deadlines.Deadlines``: the switch's clock, each frame's arrival, and the bounded-loss messages whose
+  deadline has come;
 - ``hw.parser.RoceParser``: header record, payload stream, verdicts;
 - ``registers.SwitchRegisters``: the configuration and the counters behind the ``csr`` port;
 - ``match.ConnectionMatch``: each header's connection and binding, from configuration only;

@@ -55,7 +55,7 @@ import dataclasses
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -100,6 +100,7 @@ from ..stream import (
     frames_to_axis,
     stream_to_fifo,
 )
+from .deadlines import Deadlines
 from .emitter import OWN_BYTES, Emission, Emitter, HeaderEntry
 from .forwarding import ForwardingTable
 from .management import ManagementAgent
@@ -274,16 +275,10 @@ class NetReduceSwitch(wiring.Component):
             wiring.connect(m, router.o[p], stage.i)
             frames_to_axis(m, stage.o, self.m_axis[p])
         wiring.connect(m, arbiter.o, parser.i)
-        # The switch's clock, and each frame's arrival (the clock its first beat went in), for the deadlines of
-        # the bounded-loss class: a message opens at its opening frame's arrival, and a deadline fires before
-        # every frame that arrived at or after it (docs "Bounded-loss class (MLT)", "Time"). The FIFO holds a
-        # stamp for each frame between the arbiter and the monitor: at most the arbiter's 32 (``frame_port``),
-        # the match's 5 and the parser's, well under 64.
-        now = Signal(32)
-        m.d.sync += now.eq(now + 1)
-        m.submodules.arrivals = arrivals = SyncFIFO(width=32, depth=64)
-        m.d.comb += [arrivals.w_en.eq(arbiter.o.valid & arbiter.o.ready & arbiter.o.payload.first),
-                     arrivals.w_data.eq(now)]
+        # each frame's arrival (the clock its first beat went in), for the deadlines of the bounded-loss class
+        # (``deadlines.Deadlines``: docs "Bounded-loss class (MLT)", "Time")
+        m.submodules.deadlines = deadlines = Deadlines(jobs=J, message_slots=K)
+        m.d.comb += deadlines.arrival.eq(arbiter.o.valid & arbiter.o.ready & arbiter.o.payload.first)
         wiring.connect(m, deparser.o, class_join.i)
         replies_sent = Signal()         # a management reply started (frames_out)
         if self.management is not None:
@@ -1035,31 +1030,18 @@ class NetReduceSwitch(wiring.Component):
         complete_count = Signal(range(N + 1))
         m.d.comb += complete_count.eq(sum(complete_bitmap[w] for w in range(N)))
 
-        # Deadlines. ``due``: the open messages whose deadline is at or before the *frontier*, the arrival of the
-        # next frame the monitor takes (while none is waiting, the clock minus 3: a frame whose first beat went
-        # in since then cannot have its stamp at the FIFO's head yet), registered. The monitor takes a header
-        # only while ``fresh`` (``due`` was computed from this head and from the state as it is: no bounded-loss
-        # state written a clock ago), and completes the due messages first (EXPIRE), in the order of the jobs
-        # and, within a job, of the messages.
-        frontier = Mux(arrivals.r_rdy, arrivals.r_data, now - 3)
-        due, live = Signal(J * K), Signal(J * K)
-        lossy_changing, fresh = Signal(), Signal()
+        # Deadlines (``deadlines.Deadlines``): while messages are open (``live``), the monitor takes a header only
+        # while ``fresh`` (``due`` computed from the arrival at the head and from the state as it is), and
+        # completes the ``due`` messages first (EXPIRE), ``expire`` first.
+        lossy_changing = Signal()
         h_arrival = Signal(32)      # the arrival of the frame the monitor holds
+        m.d.comb += [deadlines.lossy.eq(Cat(*job_lossy)), deadlines.changing.eq(lossy_changing),
+                     deadlines.restarting.eq(regs.job_enabled.any())]
         for j in range(J):
-            for k in range(K):
-                i = j * K + k
-                m.d.comb += live[i].eq(job_lossy[j] & msg_busy[i] & ~msg_complete[i])
-                m.d.sync += due[i].eq(live[i] & ((frontier - msg_opened[i])[:32] >= job_deadline[j]))
-        m.d.sync += fresh.eq(arrivals.r_rdy & ~arrivals.r_en & ~lossy_changing & ~regs.job_enabled.any())
-        due_live = due & live
-        expire_found, expire_job, expire_k = Signal(), Signal(job_bits), Signal(k_bits)
-        due_array = Array(due_live[i] for i in range(J * K))
-        for j in reversed(range(J)):
-            for i in reversed(range(K)):
-                k_i = Signal(k_bits, name=f"expire_{j}_{i}")
-                m.d.comb += k_i.eq(job_oldest[j][:k_bits] + i)
-                with m.If(due_array[j * K + k_i]):
-                    m.d.comb += [expire_found.eq(1), expire_job.eq(j), expire_k.eq(k_i)]
+            m.d.comb += [deadlines.deadline[j].eq(job_deadline[j]), deadlines.oldest[j].eq(job_oldest[j])]
+        for i in range(J * K):
+            m.d.comb += [deadlines.open[i].eq(msg_busy[i] & ~msg_complete[i]), deadlines.opened[i].eq(msg_opened[i])]
+        live, due_live, fresh, expire = deadlines.live, deadlines.due, deadlines.fresh, deadlines.expire
         advancing = Signal()
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
@@ -1092,8 +1074,9 @@ class NetReduceSwitch(wiring.Component):
                     taken_header = match.o.payload
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                                  beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                                 oversize.eq(0), window.eq(0), lossy_write_ok.eq(0), h_arrival.eq(arrivals.r_data)]
-                    m.d.comb += arrivals.r_en.eq(1)
+                                 oversize.eq(0), window.eq(0), lossy_write_ok.eq(0),
+                                 h_arrival.eq(deadlines.head.payload)]
+                    m.d.comb += deadlines.head.ready.eq(1)
                     # a frame of no connection (not RoCE, RoCE of no registered connection, a control
                     # frame) needs no state: its plan is its match, and its payload streams the next clock
                     with m.If(~taken_header.match.data & ~taken_header.match.ack):
@@ -1281,8 +1264,8 @@ class NetReduceSwitch(wiring.Component):
                 with m.Elif(~probe.held):
                     count("result_requests_stale")
             with m.State("EXPIRE"):
-                with m.If(expire_found):
-                    m.d.sync += [complete_job.eq(expire_job), complete_k.eq(expire_k), complete_deadline.eq(1)]
+                with m.If(expire.found):
+                    m.d.sync += [complete_job.eq(expire.job), complete_k.eq(expire.k), complete_deadline.eq(1)]
                     m.next = "COMPLETE"
                 with m.Else():
                     m.next = "IDLE"

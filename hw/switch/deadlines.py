@@ -1,0 +1,88 @@
+"""The switch's clock, each frame's arrival, and the bounded-loss messages whose deadline has come
+(``Deadlines``).
+
+The rule is docs/ARCHITECTURE.md's "Bounded-loss class (MLT)", "Time": a message opens at the arrival of the
+frame that opens it (the clock its first beat entered the pipeline), and its deadline fires before every
+frame that arrived at or after the opening plus the job's ``deadline_clocks``, so that the RTL completes the
+same messages before each frame as the golden model does.
+
+- ``now`` counts clocks. Each ``arrival`` (a frame's first beat taken into the pipeline) is stamped with it
+  into a FIFO, whose head is ``head``: the arrival of the next frame the monitor takes (``ready`` when it
+  takes it). The FIFO holds a stamp for each frame between the port arbiter and the monitor (``DEPTH``).
+- ``due[i]``, for message ``i = j K + k`` (``open``: busy and not complete, of a job that is ``lossy``): its
+  deadline is at or before the *frontier*, the arrival at the head (while no frame is waiting, ``now`` minus
+  ``IDLE_MARGIN``, since a frame that went in since then may not have its stamp at the head yet),
+  registered, and the message still open.
+- ``fresh``: ``due`` was computed from the stamp at the head as it is and from the state as it is: the
+  head was not taken a clock ago, the monitor wrote no bounded-loss state (``changing``) and no job was
+  restarted (``restarting``) a clock ago. The monitor takes a frame while messages are open only when
+  ``fresh``, and completes the ``due`` messages first.
+- ``expire``: the first due message, in the order of the jobs and, within a job, of its window from its
+  ``oldest`` message.
+"""
+
+from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+__all__ = ["Deadlines"]
+
+
+class Deadlines(wiring.Component):
+    """``Deadlines(*, jobs, message_slots)`` (module documentation)."""
+
+    DEPTH = 64          # frames between the arbiter and the monitor: the arbiter's 32, the match's 5, the parser's
+    IDLE_MARGIN = 3     # clocks from a first beat's arrival to its stamp at the head of an empty FIFO, at most
+
+    def __init__(self, *, jobs, message_slots):
+        self.jobs_count, self.message_slots = jobs, message_slots
+        messages = jobs * message_slots
+        self.Expire = data.StructLayout({"found": 1, "job": max(1, ceil_log2(jobs)),
+                                         "k": max(1, ceil_log2(message_slots))})
+        super().__init__({
+            "arrival": In(1),
+            "head": Out(stream.Signature(32)),
+            "lossy": In(jobs),
+            "deadline": In(data.ArrayLayout(32, jobs)),
+            "oldest": In(data.ArrayLayout(32, jobs)),
+            "open": In(messages),
+            "opened": In(data.ArrayLayout(32, messages)),
+            "changing": In(1),
+            "restarting": In(1),
+            "live": Out(messages),
+            "due": Out(messages),
+            "fresh": Out(1),
+            "expire": Out(self.Expire),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        J, K = self.jobs_count, self.message_slots
+        k_bits = max(1, ceil_log2(K))
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        m.submodules.arrivals = arrivals = SyncFIFO(width=32, depth=self.DEPTH)
+        m.d.comb += [arrivals.w_en.eq(self.arrival), arrivals.w_data.eq(now),
+                     self.head.valid.eq(arrivals.r_rdy), self.head.payload.eq(arrivals.r_data),
+                     arrivals.r_en.eq(self.head.ready)]
+
+        frontier = Mux(arrivals.r_rdy, arrivals.r_data, now - self.IDLE_MARGIN)
+        due = Signal(J * K)
+        for j in range(J):
+            for k in range(K):
+                i = j * K + k
+                m.d.comb += self.live[i].eq(self.lossy[j] & self.open[i])
+                m.d.sync += due[i].eq(self.live[i] & ((frontier - self.opened[i])[:32] >= self.deadline[j]))
+        m.d.comb += self.due.eq(due & self.live)
+        m.d.sync += self.fresh.eq(arrivals.r_rdy & ~arrivals.r_en & ~self.changing & ~self.restarting)
+
+        due_array = Array(self.due[i] for i in range(J * K))
+        for j in reversed(range(J)):            # the first of the jobs, then of the job's window, wins
+            for position in reversed(range(K)):
+                k = Signal(k_bits, name=f"expire_{j}_{position}")
+                m.d.comb += k.eq(self.oldest[j][:k_bits] + position)
+                with m.If(due_array[j * K + k]):
+                    m.d.comb += [self.expire.found.eq(1), self.expire.job.eq(j), self.expire.k.eq(k)]
+        return m
