@@ -7,7 +7,7 @@
 - ``registers.SwitchRegisters``: the configuration and the counters behind the ``csr`` port;
 - ``match.ConnectionMatch``: each header's connection and binding, from configuration only;
 - ``top.NetReduceSwitch``: the status monitor, slots and credits (to be split further), and the
-  composition;
+  composition; ``requests.RequestDecoder`` reads the requests of control and management packets for it;
 - ``emitter.Emitter``: the monitor's descriptors, in order, to header records and payload streams (frames
   that go on, answers to duplicates, results, CREDIT frames);
 - ``management.ManagementAgent``: the in-band control plane's register operations and replies (with a

@@ -66,22 +66,16 @@ from ...wire import (
     AGG_MAGIC,
     AGG_VERSION,
     BTH,
-    CONTROL_MAGIC,
-    CONTROL_VERSION,
     DTYPE_CODES,
     ETH_HEADER,
     ETH_MIN_FRAME,
     GAP_PSN_SHIFT,
     ICRC_BYTES,
     IPV4_HEADER,
-    MANAGEMENT_MAGIC,
-    MANAGEMENT_VERSION,
     MAX_HEADER_BYTES,
     UC_WRITE_OPCODES,
     UDP_HEADER,
-    ControlType,
     ManagementAddress,
-    ManagementOp,
     header_bytes,
 )
 from ..csr import csr_signature
@@ -106,12 +100,12 @@ from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
 from .registers import SwitchRegisters, fields_of, vlan_of
+from .requests import WINDOW_BYTES, RequestDecoder, big_endian
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
 
 PSN_BITS = 24
 _HALF = 1 << (PSN_BITS - 1)
-_WINDOW_BYTES = 64          # bytes of each payload stream kept for the commit
 _FIRST_OPCODES = (0x06, 0x0A, 0x0B)
 _LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
 _WRITE_OPCODES = (0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
@@ -142,11 +136,6 @@ class Outcome(enum.Enum, shape=4):
 def _not_behind(a, b):
     """PSN ``a`` is at or ahead of ``b`` (``(a - b) mod 2^24 < 2^23``)."""
     return (a - b)[:PSN_BITS] < _HALF
-
-
-def _big_endian(byte, offset, count):
-    """The big-endian field of ``count`` bytes at ``offset``; ``byte(i)`` gives byte ``i``."""
-    return Cat(*[byte(offset + count - 1 - i) for i in range(count)])
 
 
 class NetReduceSwitch(wiring.Component):
@@ -606,7 +595,7 @@ class NetReduceSwitch(wiring.Component):
         beat_index = Signal(range(frame_beats + 2))
         stream_bytes = Signal(16)
         oversize = Signal()
-        window = Signal(8 * _WINDOW_BYTES)
+        window = Signal(8 * WINDOW_BYTES)
         write = slots.write[0]
         m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
                      write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
@@ -649,7 +638,7 @@ class NetReduceSwitch(wiring.Component):
                          write.data.eq(held_word if lossy_delay else beat.data)]
         # the frame so far with the beat on the parser's output: what the commit sees on the last beat
         verdict, stream_total = Signal(3), Signal(16)
-        window_now = Signal(8 * _WINDOW_BYTES)
+        window_now = Signal(8 * WINDOW_BYTES)
         m.d.comb += [verdict.eq(beat.verdict.as_value()),
                      stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
 
@@ -671,9 +660,9 @@ class NetReduceSwitch(wiring.Component):
         too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
         ends_at_length = (reaches("at_length", next_length, length)
                           & ~reaches("past_length", next_length + 1, length + 1))
-        for wb in range(max(1, _WINDOW_BYTES // B)):
+        for wb in range(max(1, WINDOW_BYTES // B)):
             with m.If(beat_index == wb):
-                m.d.comb += window_now[wb * W:wb * W + min(W, 8 * _WINDOW_BYTES)].eq(beat.data)
+                m.d.comb += window_now[wb * W:wb * W + min(W, 8 * WINDOW_BYTES)].eq(beat.data)
 
         # --- monitor: the outcome at the commit ------------------------------------------------------------------
         # The aggregation header is checked lane by lane as its bytes pass, against the bytes expected at
@@ -712,23 +701,12 @@ class NetReduceSwitch(wiring.Component):
         parsed_request, request = Signal(Request), Signal(Request)
         request_job = Signal(16)
 
-        def kept_byte(i):
-            return window[8 * i:8 * i + 8]
-
-        for vlan in (0, 1):
-            at = 42 + 4 * vlan
-            with m.If(h.vlan_valid == vlan):
-                m.d.comb += [
-                    parsed_request.ok.eq((stream_bytes >= at + 12) & (h.udp_len >= 8 + 12)
-                                         & (_big_endian(kept_byte, at, 2) == CONTROL_MAGIC)
-                                         & (_big_endian(kept_byte, at + 2, 1) == CONTROL_VERSION)
-                                         & ((_big_endian(kept_byte, at + 3, 1) == ControlType.CREDIT_REQUEST)
-                                            | (_big_endian(kept_byte, at + 3, 1) == ControlType.RESULT_REQUEST))),
-                    parsed_request.results.eq(_big_endian(kept_byte, at + 3, 1) == ControlType.RESULT_REQUEST),
-                    request_job.eq(_big_endian(kept_byte, at + 4, 2)),
-                    parsed_request.worker.eq(_big_endian(kept_byte, at + 6, 1)),
-                    parsed_request.value.eq(_big_endian(kept_byte, at + 8, 4)),
-                ]
+        m.submodules.requests = requests = RequestDecoder()
+        m.d.comb += [requests.window.eq(window), requests.kept.eq(stream_bytes), requests.tagged.eq(h.vlan_valid),
+                     requests.udp_length.eq(h.udp_len),
+                     parsed_request.ok.eq(requests.control.ok), parsed_request.results.eq(requests.control.results),
+                     request_job.eq(requests.control.job), parsed_request.worker.eq(requests.control.worker),
+                     parsed_request.value.eq(requests.control.value)]
         for j in reversed(range(J)):
             with m.If(job_valid[j] & (job_id[j] == request_job)):
                 m.d.comb += [parsed_request.j.eq(j), parsed_request.found.eq(1)]
@@ -750,17 +728,13 @@ class NetReduceSwitch(wiring.Component):
         # payload follows 42 bytes), checked in MANAGEMENT from the frame as kept; the agent applies it
         managing = Signal()         # the monitor is in MANAGEMENT
         management_ok = Signal()
-        management_op = _big_endian(kept_byte, 45, 1)
-        m.d.comb += management_ok.eq((stream_bytes >= 54) & (h.udp_len >= 8 + 12)
-                                     & (_big_endian(kept_byte, 42, 2) == MANAGEMENT_MAGIC)
-                                     & (_big_endian(kept_byte, 44, 1) == MANAGEMENT_VERSION)
-                                     & ((management_op == ManagementOp.WRITE) | (management_op == ManagementOp.READ)))
+        m.d.comb += management_ok.eq(requests.management.ok)
         if self.management is not None:
             operation = agent.request.payload
-            m.d.comb += [operation.write.eq(management_op == ManagementOp.WRITE),
-                         operation.sequence.eq(_big_endian(kept_byte, 46, 2)),
-                         operation.address.eq(_big_endian(kept_byte, 48, 2)),
-                         operation.value.eq(_big_endian(kept_byte, 50, 4)), operation.port.eq(hm.port)]
+            m.d.comb += [operation.write.eq(requests.management.write),
+                         operation.sequence.eq(requests.management.sequence),
+                         operation.address.eq(requests.management.address),
+                         operation.value.eq(requests.management.value), operation.port.eq(hm.port)]
             agent_ready = agent.request.ready
         else:
             agent_ready = Const(1)
@@ -1216,8 +1190,7 @@ class NetReduceSwitch(wiring.Component):
                         m.d.sync += [lossy_facts.bad.eq(bad), lossy_facts.icrc_ok.eq(verdict[0]),
                                      lossy_facts.oversize.eq(oversize | too_long), lossy_facts.agg_ok.eq(agg_ok),
                                      lossy_facts.ends.eq(ends_at_length),
-                                     lossy_facts.seq.eq(_big_endian(lambda i: window_now[8 * i:8 * i + 8],
-                                                                    _MSG_SEQ_BYTE - 3, 4))]
+                                     lossy_facts.seq.eq(big_endian(window_now, _MSG_SEQ_BYTE - 3, 4))]
                     with m.Elif(beat.last):
                         commit(ring_written)
             with m.State("LOSSY_READ"):
