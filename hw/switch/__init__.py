@@ -8,6 +8,7 @@
 - ``match.ConnectionMatch``: each header's connection and binding, from configuration only;
 - ``top.NetReduceSwitch``: the status monitor, slots and credits (to be split further), and the
   composition; ``requests.RequestDecoder`` reads the requests of control and management packets for it;
+- ``unsent.UnsentResults``: each message's results not yet sent, which hold its release;
 - ``emitter.Emitter``: the monitor's descriptors, in order, to header records and payload streams (frames
   that go on, answers to duplicates, results, CREDIT frames);
 - ``management.ManagementAgent``: the in-band control plane's register operations and replies (with a

@@ -25,8 +25,8 @@ record to ``hdr`` as early as it can (and the frame's class to ``classes`` in th
 CREDIT's ``CONTROL_DSCP``, 0 where the parser found no IP header), the payload sequencer streams the
 payloads behind them on ``payload``, one word a clock, on credits for the FIFO in front of ``payload``, so
 that nothing it decides waits on the deparser taking a word. ``results_sent`` marks the clock the last word
-of a RESULTS descriptor is issued (the message's ``msg_unsent`` goes down), ``frame_out`` each header handed
-over (``frames_out``).
+of a RESULTS descriptor is issued (the message's count in ``unsent.UnsentResults`` goes down),
+``frame_out`` each header handed over (``frames_out``).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value

@@ -101,6 +101,7 @@ from .management import ManagementAgent
 from .match import ConnectionMatch
 from .registers import SwitchRegisters, fields_of, vlan_of
 from .requests import WINDOW_BYTES, RequestDecoder, big_endian
+from .unsent import UnsentResults
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
 
@@ -342,24 +343,12 @@ class NetReduceSwitch(wiring.Component):
         wk_last = registers(J * K * N, 24, "wk_last")     # the PSN of a closed part's last packet
         pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
-        # RESULTS descriptors of each message not yet sent in full: a message is not released before
-        # its results have left, even if an ACK (which no real NIC sends this early) says otherwise
-        # (a bounded-loss message's result descriptors, resends included: fewer than the descriptors queue holds
-        # and the emitter's four, far fewer than 2^8)
-        # ``msg_all_sent``: ``msg_unsent == 0``, kept in a register of its own beside the count (from the count's
-        # comparisons with 0 and 1, in parallel with the decisions that change it), so that no decision that
-        # reads it runs through an 8-bit comparison
-        msg_unsent = registers(J * K, 8, "msg_unsent")
-        msg_all_sent = Array(Signal(name=f"msg_all_sent_{i}", init=1) for i in range(J * K))
-        unsent_add, unsent_sub = Signal(), Signal()
-        unsent_add_at, unsent_sub_at = Signal(range(J * K)), Signal(range(J * K))
-        for i in range(J * K):
-            added, subtracted = unsent_add & (unsent_add_at == i), unsent_sub & (unsent_sub_at == i)
-            m.d.sync += msg_unsent[i].eq(msg_unsent[i] + added - subtracted)
-            with m.If(added & ~subtracted):
-                m.d.sync += msg_all_sent[i].eq(0)
-            with m.Elif(subtracted & ~added):
-                m.d.sync += msg_all_sent[i].eq(msg_unsent[i] == 1)
+        # RESULTS descriptors of each message not yet sent in full (``unsent.UnsentResults``): a message is not
+        # released before its results have left, even if an ACK (which no real NIC sends this early) says otherwise
+        m.submodules.unsent = unsent = UnsentResults(J * K)
+        msg_all_sent = Array(unsent.all_sent[i] for i in range(J * K))
+        unsent_add, unsent_add_at = Signal(), Signal(range(J * K))
+        m.d.comb += [unsent.queued.valid.eq(unsent_add), unsent.queued.message.eq(unsent_add_at)]
         # each counter grows by what its event's clock sets (SwitchRegisters adds it a clock later)
         def count(name, amount=1):
             m.d.comb += regs.increments[name].eq(amount)
@@ -430,7 +419,7 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [emitter.switch.eq(regs.switch), emitter.jobs.eq(regs.jobs),
                      emitter.connections.eq(regs.connections)]
         m.d.comb += [emitter.sent[c].eq(sent[c]) for c in range(C)]
-        m.d.comb += [unsent_sub.eq(emitter.results_sent.valid), unsent_sub_at.eq(emitter.results_sent.message)]
+        m.d.comb += unsent.sent.eq(emitter.results_sent)
         count("frames_out", emitter.frame_out + replies_sent)
 
         # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
@@ -960,7 +949,7 @@ class NetReduceSwitch(wiring.Component):
         def lossy_results(job, k, length, bitmap):
             """The RESULTS descriptor of message slot ``k`` of ``job`` (completed with ``bitmap``), its result
             entry the slot's current one and its template the lowest contributor; written with its sum request
-            or resend, it counts in ``msg_unsent`` until it has left."""
+            or resend, it counts in ``unsent`` until it has left."""
             first_slot = lossy_slot(job, k)
             template = Signal(worker_bits, name="lowest_contributor")
             for w in reversed(range(N)):
