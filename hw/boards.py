@@ -33,7 +33,7 @@ from .stream import axis_to_frames, frames_to_axis
 from .switch import NetReduceSwitch
 
 __all__ = ["Board", "BOARDS", "SwitchOnBoard", "SwitchOnGmii", "SwitchOnRgmii", "ecp5_pll", "PllConfig",
-           "default_sys_mhz", "board_constraints", "rgmii_port"]
+           "default_sys_mhz", "board_constraints", "ethernet_port", "rgmii_port"]
 
 TX_HZ = 125_000_000
 WIDTH = 64
@@ -168,20 +168,26 @@ class SwitchOnBoard(Elaboratable):
         return m
 
 
-def rgmii_port(m, p, pins, switch, max_frame):
-    """Port ``p`` of a board top: its RGMII ``pins`` (``Rgmii``, receive domain ``rx<p>``, which the caller
-    defines) through an ``EthernetPort`` (transmit domain ``tx``) into port ``p`` of ``switch`` and back, or
-    with ``switch`` None, each good frame back out (the bring-up image). Returns the ``EthernetPort``."""
-    m.submodules[f"rgmii{p}"] = rgmii = Rgmii(pins, rx_domain=f"rx{p}", tx_domain="tx")
+def ethernet_port(m, p, gmii, switch, max_frame):
+    """Port ``p`` of a board top: an ``EthernetPort`` (receive domain ``rx<p>``, which the caller defines;
+    transmit domain ``tx``) on ``gmii`` (anything with ``rx_dv``, ``rx_er``, ``rxd`` out and ``tx_en``,
+    ``tx_er``, ``txd`` in) into port ``p`` of ``switch`` and back, or with ``switch`` None, each good frame
+    back out (the bring-up image). Returns the ``EthernetPort``."""
     m.submodules[f"port{p}"] = port = EthernetPort(WIDTH, max_frame=max_frame, rx_domain=f"rx{p}", tx_domain="tx")
-    m.d.comb += [port.rx_dv.eq(rgmii.rx_dv), port.rx_er.eq(rgmii.rx_er), port.rxd.eq(rgmii.rxd),
-                 rgmii.tx_en.eq(port.tx_en), rgmii.tx_er.eq(port.tx_er), rgmii.txd.eq(port.txd)]
+    m.d.comb += [port.rx_dv.eq(gmii.rx_dv), port.rx_er.eq(gmii.rx_er), port.rxd.eq(gmii.rxd),
+                 gmii.tx_en.eq(port.tx_en), gmii.tx_er.eq(port.tx_er), gmii.txd.eq(port.txd)]
     if switch is None:
         wiring.connect(m, port.o, port.i)
     else:
         frames_to_axis(m, port.o, switch.s_axis[p])
         axis_to_frames(m, switch.m_axis[p], port.i)
     return port
+
+
+def rgmii_port(m, p, pins, switch, max_frame):
+    """``ethernet_port`` on the RGMII ``pins`` (``Rgmii``)."""
+    m.submodules[f"rgmii{p}"] = rgmii = Rgmii(pins, rx_domain=f"rx{p}", tx_domain="tx")
+    return ethernet_port(m, p, rgmii, switch, max_frame)
 
 
 def board_constraints(board):
@@ -226,13 +232,7 @@ class SwitchOnGmii(wiring.Component):
         for p in range(self.ports):
             m.domains += ClockDomain(f"rx{p}")
             m.d.comb += [ClockSignal(f"rx{p}").eq(self.rx_clk[p]), ResetSignal(f"rx{p}").eq(self.rx_rst[p])]
-            m.submodules[f"port{p}"] = port = EthernetPort(WIDTH, max_frame=switch.longest_frame,
-                                                           rx_domain=f"rx{p}", tx_domain="tx")
-            pins = self.gmii[p]
-            m.d.comb += [port.rx_dv.eq(pins.rx_dv), port.rx_er.eq(pins.rx_er), port.rxd.eq(pins.rxd),
-                         pins.tx_en.eq(port.tx_en), pins.tx_er.eq(port.tx_er), pins.txd.eq(port.txd)]
-            frames_to_axis(m, port.o, switch.s_axis[p])
-            axis_to_frames(m, switch.m_axis[p], port.i)
+            ethernet_port(m, p, self.gmii[p], switch, switch.longest_frame)
         return m
 
 
@@ -253,13 +253,12 @@ class SwitchOnRgmii(wiring.Component):
     Each port's counters are outputs (``counters[p]``: ``EthernetPort.COUNTERS``), for the testbench: the
     board has no register for them yet."""
 
-    simulation_platform = "amaranth_boards.versa_ecp5:VersaECP5Platform"
-
     def __init__(self, ports, **switch):
         if switch.get("management") is None:
             raise ValueError("the switch on a board is configured in-band only: give it a management address")
         self.switch = NetReduceSwitch(width=WIDTH, ports=ports, **switch)
         self.ports = ports
+        self.simulation_platform = BOARDS["versa-ecp5"].platform_class()()
         counters = wiring.Signature({name: Out(32) for name in EthernetPort.COUNTERS})
         super().__init__({"clk": In(1), "tx_clk": In(1), "reset": In(1), "counters": Out(counters).array(ports)})
 

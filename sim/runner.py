@@ -111,15 +111,11 @@ def default_simulator():
 
 def generate_verilog(component, name, path=None):
     """Verilog text of ``component`` as module ``name`` (written to ``path`` if given). A component that
-    needs a platform's lowering to elaborate (DDR I/O buffers) names the platform class in its
-    ``simulation_platform`` (``"module:Class"``); the primitives it then instantiates need models among
-    the simulation's sources."""
-    platform = getattr(component, "simulation_platform", None)
-    if platform is not None:
-        import importlib
-        module, cls = platform.split(":")
-        platform = getattr(importlib.import_module(module), cls)()
-    text = verilog.convert(component, name=name, emit_src=False, platform=platform)
+    needs a platform's lowering to elaborate (DDR I/O buffers) holds the platform in its
+    ``simulation_platform``; the primitives it then instantiates need models among the simulation's
+    sources."""
+    text = verilog.convert(component, name=name, emit_src=False,
+                           platform=getattr(component, "simulation_platform", None))
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
