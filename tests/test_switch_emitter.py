@@ -263,7 +263,7 @@ def run_scenario(width, *, seed, idle, backpressure):
                 classes.append((int(payload.dscp), int(payload.lossy)))
 
     async def take_frames(ctx):
-        current, gaps, clock = bytearray(), 0, 0
+        current, gaps = bytearray(), 0
         o = bench.deparser.o
         while True:
             ready = rng.random() >= backpressure
@@ -279,7 +279,6 @@ def run_scenario(width, *, seed, idle, backpressure):
                     current, gaps = bytearray(), 0
             elif current:
                 gaps += 1
-            clock += 1
             await ctx.tick()
 
     sim = Simulator(bench)
@@ -304,7 +303,7 @@ def frames_before_first_sum(s):
     for d in s.descriptors:
         if d["kind"] == Emission.RESULTS and not d.get("resend"):
             return count
-        count += {Emission.FORWARD: 1, Emission.DUPLICATE: 1}.get(d["kind"], WORKERS if d.get("all") else 1)
+        count += WORKERS if d.get("all") else 1         # one frame per worker, or one
     return count
 
 
