@@ -143,7 +143,7 @@ class SwitchOnBoard(Elaboratable):
             self._MustUse__silence = True
             raise ValueError("a board's switch is configured in-band only: give it a management address "
                              "(the manager's MAC and IPv4 address)")
-        self.switch = None if loopback else NetReduceSwitch(width=WIDTH, ports=ports, **switch)
+        self.switch = None if loopback else NetReduceSwitch(width=WIDTH, ports=ports, ethernet=True, **switch)
         self.max_frame = switch.get("max_frame", 9216) if loopback else self.switch.longest_frame
 
     def elaborate(self, platform):
@@ -171,8 +171,9 @@ class SwitchOnBoard(Elaboratable):
 def ethernet_port(m, p, gmii, switch, max_frame):
     """Port ``p`` of a board top: an ``EthernetPort`` (receive domain ``rx<p>``, which the caller defines;
     transmit domain ``tx``) on ``gmii`` (anything with ``rx_dv``, ``rx_er``, ``rxd`` out and ``tx_en``,
-    ``tx_er``, ``txd`` in) into port ``p`` of ``switch`` and back, or with ``switch`` None, each good frame
-    back out (the bring-up image). Returns the ``EthernetPort``."""
+    ``tx_er``, ``txd`` in) into port ``p`` of ``switch`` (built with ``ethernet``: the port's counters go to its
+    registers) and back, or with ``switch`` None, each good frame back out (the bring-up image). Returns the
+    ``EthernetPort``."""
     m.submodules[f"port{p}"] = port = EthernetPort(WIDTH, max_frame=max_frame, rx_domain=f"rx{p}", tx_domain="tx")
     m.d.comb += [port.rx_dv.eq(gmii.rx_dv), port.rx_er.eq(gmii.rx_er), port.rxd.eq(gmii.rxd),
                  gmii.tx_en.eq(port.tx_en), gmii.tx_er.eq(port.tx_er), gmii.txd.eq(port.txd)]
@@ -181,6 +182,7 @@ def ethernet_port(m, p, gmii, switch, max_frame):
     else:
         frames_to_axis(m, port.o, switch.s_axis[p])
         axis_to_frames(m, switch.m_axis[p], port.i)
+        m.d.comb += [switch.ethernet_status[p][name].eq(getattr(port, name)) for name in EthernetPort.COUNTERS]
     return port
 
 
@@ -215,7 +217,7 @@ class SwitchOnGmii(wiring.Component):
     def __init__(self, ports, **switch):
         if switch.get("management") is None:
             raise ValueError("the switch on a board is configured in-band only: give it a management address")
-        self.switch = NetReduceSwitch(width=WIDTH, ports=ports, **switch)
+        self.switch = NetReduceSwitch(width=WIDTH, ports=ports, ethernet=True, **switch)
         self.ports = ports
         gmii = wiring.Signature({"rxd": In(8), "rx_dv": In(1), "rx_er": In(1),
                                  "txd": Out(8), "tx_en": Out(1), "tx_er": Out(1)})
@@ -250,17 +252,15 @@ class SwitchOnRgmii(wiring.Component):
     ``tb/ecp5_primitives.v``. No PLL: the switch's clock (``clk``) and the transmit clock (``tx_clk``, 125 MHz)
     are inputs, each port's receive clock comes in on its pin, and ``reset`` holds every domain in reset
     until it is released, through a ``ResetSynchronizer`` per domain, as the PLL's lock does on the board.
-    Each port's counters are outputs (``counters[p]``: ``EthernetPort.COUNTERS``), for the testbench: the
-    board has no register for them yet."""
+    Each port's MAC counters read in-band, as on the board (the register map's ``ethernet`` block)."""
 
     def __init__(self, ports, **switch):
         if switch.get("management") is None:
             raise ValueError("the switch on a board is configured in-band only: give it a management address")
-        self.switch = NetReduceSwitch(width=WIDTH, ports=ports, **switch)
+        self.switch = NetReduceSwitch(width=WIDTH, ports=ports, ethernet=True, **switch)
         self.ports = ports
         self.simulation_platform = BOARDS["versa-ecp5"].platform_class()()
-        counters = wiring.Signature({name: Out(32) for name in EthernetPort.COUNTERS})
-        super().__init__({"clk": In(1), "tx_clk": In(1), "reset": In(1), "counters": Out(counters).array(ports)})
+        super().__init__({"clk": In(1), "tx_clk": In(1), "reset": In(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -276,6 +276,5 @@ class SwitchOnRgmii(wiring.Component):
         for p in range(self.ports):
             pins = SimpleNamespace(**{name: io.SingleEndedPort(IOPort(width, name=f"rgmii{p}_{name}"))
                                       for name, width in RGMII_PINS})
-            port = rgmii_port(m, p, pins, switch, switch.longest_frame)
-            m.d.comb += [getattr(self.counters[p], name).eq(getattr(port, name)) for name in EthernetPort.COUNTERS]
+            rgmii_port(m, p, pins, switch, switch.longest_frame)
         return m

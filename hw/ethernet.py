@@ -16,10 +16,11 @@ least as fast as it leaves (one byte a clock): the switch's egress stage gives a
 and the ``sync`` clock is faster than a beat per ``width / 8`` transmit clocks, so ``GmiiTx`` never runs
 dry inside a frame.
 
-Counters (32 bits; each in the domain of its side, read them there or through a synchronizer):
-``rx_good``, ``rx_drops_fcs``, ``rx_drops_runt``, ``rx_drops_error``, ``rx_drops_oversize``,
+Counters (32 bits, ``netreduce.registers.ETHERNET_COUNTERS``, the register map's ``ethernet`` block), all in
+``sync``: ``rx_good``, ``rx_drops_fcs``, ``rx_drops_runt``, ``rx_drops_error``, ``rx_drops_oversize``,
 ``rx_preamble_errors`` (``GmiiRx``), ``rx_drops_full`` (``FrameFilter``: frames that found no room),
-``tx_frames``, ``tx_underruns`` (``GmiiTx``).
+``tx_frames``, ``tx_underruns`` (``GmiiTx``). Those kept in the receive and transmit clocks cross into
+``sync`` Gray-coded (``hw.cdc.CounterCrossing``), a few clocks late.
 """
 
 from amaranth.hdl import DomainRenamer, Module
@@ -27,22 +28,25 @@ from amaranth.lib import data, wiring
 from amaranth.lib.fifo import AsyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..registers import ETHERNET_COUNTERS
+from .cdc import CounterCrossing
 from .framing import BeatsToBytes, FrameFilter, MacToBeats, RxBeat
 from .mac import GmiiRx, GmiiTx
 from .stream import FrameBeat, check_width, frame_stream
 
-__all__ = ["EthernetPort", "CDC_DEPTH"]
+__all__ = ["EthernetPort", "EthernetStatus", "CDC_DEPTH"]
 
 CDC_DEPTH = 16          # beats in each clock-domain crossing
 COUNTER_BITS = 32
+# a port's counters, in ``sync``, as the switch's registers take them
+EthernetStatus = data.StructLayout(dict.fromkeys(ETHERNET_COUNTERS, COUNTER_BITS))
 
 
 class EthernetPort(wiring.Component):
     """A board's Ethernet port on GMII (module documentation). ``filter_bytes``: the receive buffer of
     ``FrameFilter`` (default two largest frames, rounded up to a power of two of beats)."""
 
-    COUNTERS = ("rx_good", "rx_drops_fcs", "rx_drops_runt", "rx_drops_error", "rx_drops_oversize",
-                "rx_preamble_errors", "rx_drops_full", "tx_frames", "tx_underruns")
+    COUNTERS = tuple(ETHERNET_COUNTERS)
 
     def __init__(self, width, *, max_frame=9216, rx_domain="rx", tx_domain="tx", filter_bytes=None):
         self.width = check_width(width)
@@ -91,11 +95,17 @@ class EthernetPort(wiring.Component):
         ]
         wiring.connect(m, unpack.o, mac_tx.i)
 
-        m.d.comb += [
-            self.rx_good.eq(mac_rx.frames_good), self.rx_drops_fcs.eq(mac_rx.drops_fcs),
-            self.rx_drops_runt.eq(mac_rx.drops_runt), self.rx_drops_error.eq(mac_rx.drops_error),
-            self.rx_drops_oversize.eq(mac_rx.drops_oversize), self.rx_preamble_errors.eq(mac_rx.preamble_errors),
-            self.rx_drops_full.eq(frame_filter.drops_full),
-            self.tx_frames.eq(mac_tx.frames_sent), self.tx_underruns.eq(mac_tx.underruns),
-        ]
+        # the counters, in ``sync``
+        kept = {"rx_good": (rx, mac_rx.frames_good), "rx_drops_fcs": (rx, mac_rx.drops_fcs),
+                "rx_drops_runt": (rx, mac_rx.drops_runt), "rx_drops_error": (rx, mac_rx.drops_error),
+                "rx_drops_oversize": (rx, mac_rx.drops_oversize), "rx_preamble_errors": (rx, mac_rx.preamble_errors),
+                "rx_drops_full": ("sync", frame_filter.drops_full),
+                "tx_frames": (tx, mac_tx.frames_sent), "tx_underruns": (tx, mac_tx.underruns)}
+        assert set(kept) == set(self.COUNTERS)
+        for name, (domain, count) in kept.items():
+            if domain == "sync":
+                m.d.comb += getattr(self, name).eq(count)
+                continue
+            m.submodules[f"{name}_crossing"] = crossing = CounterCrossing(COUNTER_BITS, i_domain=domain)
+            m.d.comb += [crossing.i.eq(count), getattr(self, name).eq(crossing.o)]
         return m

@@ -19,7 +19,8 @@ from .wire import CONTROL_PORT
 __all__ = [
     "COUNTERS", "HISTOGRAM_COUNTERS", "ADDRESS_BITS", "Register", "Block", "BLOCKS", "SWITCH", "JOB", "FORWARDING",
     "COUNTER_BLOCK",
-    "CONNECTION", "EGRESS", "EGRESS_COUNTERS", "block", "instances", "address", "counter_address", "check_map",
+    "CONNECTION", "EGRESS", "EGRESS_COUNTERS", "ETHERNET", "ETHERNET_COUNTERS", "block", "instances", "address",
+    "counter_address", "check_map",
     "register_writes", "switch_config_writes", "vlan_word", "markdown_table", "manifest", "locate", "RegisterFile",
 ]
 
@@ -170,7 +171,24 @@ EGRESS = Block("egress", 0x2000, 256, "ports", (
              access="ro"),
 ), "the egress stage of port i (of `ports`); reset: the default map of `netreduce.egress` for the build")
 
-BLOCKS = (SWITCH, JOB, FORWARDING, COUNTER_BLOCK, CONNECTION, EGRESS)
+# each port's Ethernet MAC on a board (``hw.ethernet.EthernetPort``), read only, 32 bits each, in this order
+ETHERNET_COUNTERS = {
+    "rx_good": "good frames received (FCS right, 64 bytes at least, none of the faults below)",
+    "rx_drops_fcs": "frames received with a wrong FCS, dropped",
+    "rx_drops_runt": "frames received shorter than 64 bytes, dropped",
+    "rx_drops_error": "frames received with the PHY's error signal, dropped",
+    "rx_drops_oversize": "frames received longer than the largest frame, dropped",
+    "rx_preamble_errors": "frames whose first byte after the preamble is not the SFD, ignored",
+    "rx_drops_full": "good frames that found the receive buffer full, dropped",
+    "tx_frames": "frames sent",
+    "tx_underruns": "frames whose bytes ran dry while sent, marked with the error signal (never, by design)",
+}
+ETHERNET = Block("ethernet", 0x3000, 16, "ethernet_ports", tuple(
+    Register(name, i, 32, f"{doc} (wraps at 2^32)", access="ro")
+    for i, (name, doc) in enumerate(ETHERNET_COUNTERS.items())
+), "the Ethernet MAC of port i on a board (of `ports`, in a build with `ethernet`; none otherwise)")
+
+BLOCKS = (SWITCH, JOB, FORWARDING, COUNTER_BLOCK, CONNECTION, EGRESS, ETHERNET)
 
 
 def block(name):
@@ -186,6 +204,8 @@ def instances(blk, params):
         return 1
     if blk.count == "connections":
         return params["jobs"] * params["workers"]
+    if blk.count == "ethernet_ports":         # a board's switch, behind its ports' MACs
+        return params["ports"] if params.get("ethernet") else 0
     return params[blk.count]
 
 

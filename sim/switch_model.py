@@ -506,8 +506,8 @@ class SwitchModel:
         out.append((port, build_management_frame(dataclasses.replace(message, value=value, reply=True), m)))
 
     def _read_register(self, word_address):
-        """A read-only word as the register port shows it: a counter (this model keeps no egress stage, so its
-        status words read 0, as every configuration word does)."""
+        """A read-only word as the register port shows it: a counter (this model keeps no egress stage and no
+        Ethernet MAC, so their status words read 0, as every configuration word does)."""
         found = locate(word_address, self.build)
         if found is None or found[0] is not COUNTER_BLOCK:
             return 0

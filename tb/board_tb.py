@@ -11,9 +11,10 @@ configuration through management packets, each once the reply to the one before 
 every reply came, every worker holds the exact tree sum and every frame out had a right FCS and no error.
 
 On RGMII, bad input then gets its documented outcome (docs/ARCHITECTURE.md, "Boards"): a frame with a wrong
-FCS, a runt and a frame longer than the port takes are dropped at the port's MAC and counted there, and
-never reach the switch; a management request from a stranger reaches it and is refused and counted
-(``management_refused``), unanswered. Nothing else leaves any port.
+FCS, a runt and a frame longer than the port takes are dropped at the port's MAC and counted there (the MAC
+counters of both ports read in-band: the register map's ``ethernet`` block), and never reach the switch; a
+management request from a stranger reaches it and is refused and counted (``management_refused``),
+unanswered. Nothing else leaves any port.
 """
 
 import json
@@ -27,7 +28,7 @@ from netreduce.host.faults import FaultSpec
 from netreduce.host.management import ManagementMessage, Manager, build_management_frame
 from netreduce.host.network import build_allreduce
 from netreduce.host.packets import build_roce_frame
-from netreduce.registers import counter_address, switch_config_writes
+from netreduce.registers import ETHERNET_COUNTERS, address, counter_address, switch_config_writes
 from netreduce.sim.runner import cocotb_params
 from netreduce.tb.switch_tb import RtlEngine, results_match, run_network
 from netreduce.wire import ManagementAddress, ManagementOp
@@ -138,12 +139,14 @@ async def allreduce_and_bad_frames_over_rgmii(dut):
     for sink in ports.sinks:
         sink.clear()
 
-    def counter(name):
-        return int(getattr(dut, f"counters__{victim}__{name}").value)
-
     async def read(name):
         return await exchange(ports, manager, port, ManagementOp.READ, counter_address(name))
-    before = {name: counter(name) for name in ("rx_drops_fcs", "rx_drops_runt", "rx_drops_oversize", "rx_good")}
+
+    async def mac_counters(p):       # the port's MAC, in-band too
+        return {name: await exchange(ports, manager, port, ManagementOp.READ, address("ethernet", p, name))
+                for name in ETHERNET_COUNTERS}
+    before = await mac_counters(victim)
+    manager_before = await mac_counters(port)
     frames_in, refused = await read("frames_in"), await read("management_refused")
     frame = build_roce_frame(0x0A, bytes(64), psn=1, reth=(0, 0, 64))
     await ports.send(victim, GmiiFrame.from_raw_payload(frame + b"\x00\x11\x22\x33"))             # a wrong FCS
@@ -152,11 +155,24 @@ async def allreduce_and_bad_frames_over_rgmii(dut):
     stranger = ManagementAddress(**{**params["management"], "manager_mac": 0x02BAD0000001})
     await ports.send(victim, build_management_frame(ManagementMessage(ManagementOp.READ, 7, 0x200), stranger))
     await Timer(150, "us")          # the four frames take some 80 us on the wire
-    assert {name: counter(name) - before[name] for name in before} == \
-        {"rx_drops_fcs": 1, "rx_drops_runt": 1, "rx_drops_oversize": 1, "rx_good": 1}, \
-        "the port's MAC did not drop exactly the bad FCS, the runt and the jumbo frame"
-    # the frames the switch took since the first read: the second read, the stranger's request, this read
-    assert await read("frames_in") == frames_in + 3, "a bad frame reached the switch"
+    after = await mac_counters(victim)
+    assert {name: after[name] - before[name] for name in after} == {
+        **dict.fromkeys(ETHERNET_COUNTERS, 0), "rx_drops_fcs": 1, "rx_drops_runt": 1, "rx_drops_oversize": 1,
+        "rx_good": 1}, "the port's MAC did not drop exactly the bad FCS, the runt and the jumbo frame"
+    # the manager's port: each counter read twice, 20 requests apart (the rest of the first read of its own
+    # counters, frames_in and management_refused, the victim's counters, the start of the second read): as many
+    # requests came in good between the two reads of rx_good, and as many replies went out between those of
+    # tx_frames
+    manager_after = await mac_counters(port)
+    between = 2 * len(ETHERNET_COUNTERS) + 2
+    assert manager_after["rx_good"] - manager_before["rx_good"] == between, \
+        "the manager's port did not count its requests"
+    assert manager_after["tx_frames"] - manager_before["tx_frames"] == between, \
+        "the manager's port did not count its replies"
+    assert manager_after["rx_drops_fcs"] == manager_after["tx_underruns"] == 0
+    # the frames the switch took since the first read: the second read, the stranger's request, the reads of
+    # both ports' MAC counters, this read
+    assert await read("frames_in") == frames_in + 3 + 2 * len(ETHERNET_COUNTERS), "a bad frame reached the switch"
     assert await read("management_refused") == refused + 1, "the stranger's request was not refused"
     await Timer(20, "us")
     assert all(sink.empty() for sink in ports.sinks), "a frame left the switch after the bad input"

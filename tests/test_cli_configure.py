@@ -10,7 +10,7 @@ import pytest
 
 from netreduce.host.management import parse_management_payload
 from netreduce.host.pcap import read_pcap
-from netreduce.registers import COUNTERS, switch_config_writes
+from netreduce.registers import COUNTERS, ETHERNET_COUNTERS, address, switch_config_writes
 from netreduce.wire import ManagementOp
 
 MANAGER = ["--manager-mac", "02:00:00:00:99:01", "--manager-ip", "10.0.99.1"]
@@ -54,6 +54,21 @@ def test_loads_the_model_and_reads_its_counters(tmp_path):
     assert counters["management_requests"] == writes + COUNTERS.index("management_requests") + 1
     assert counters["frames_out"] == writes + COUNTERS.index("frames_out")
     assert counters["management_refused"] == counters["forwarded"] == 0
+
+
+def test_a_boards_switch_reads_its_ports_mac_counters_too(tmp_path):
+    """``--ethernet``: each port's MAC counters are read as well, at that port's ``ethernet`` addresses (in the
+    capture); the golden model has no MAC, so they read 0 there."""
+    result = netreduce("--model", "--counters", "--ethernet", *MANAGER, *BUILD, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["requests"] == len(COUNTERS) + 2 * len(ETHERNET_COUNTERS)
+    assert report["ethernet"] == [dict.fromkeys(ETHERNET_COUNTERS, 0)] * 2
+    assert report["counters"]["frames_in"] == 1
+    result = netreduce("--pcap", "reads.pcap", "--counters", "--ethernet", *MANAGER, *BUILD, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    read = [parse_management_payload(frame[42:]).address for frame in read_pcap(tmp_path / "reads.pcap")]
+    assert read[len(COUNTERS):] == [address("ethernet", p, name) for p in range(2) for name in ETHERNET_COUNTERS]
 
 
 def test_writes_the_requests_to_a_capture(tmp_path):

@@ -30,8 +30,8 @@ from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 from references import write_registers
 
 REPO = Path(__file__).resolve().parent.parent
-PARAMS = {"jobs": 2, "workers": 3, "forwarding_entries": 4, "ports": 2}
-LARGEST = {"jobs": 16, "workers": 16, "forwarding_entries": 64, "ports": 4}
+PARAMS = {"jobs": 2, "workers": 3, "forwarding_entries": 4, "ports": 2, "ethernet": True}
+LARGEST = {"jobs": 16, "workers": 16, "forwarding_entries": 64, "ports": 4, "ethernet": True}
 
 
 def test_docs_table_is_the_generated_one():

@@ -3,7 +3,8 @@ the ``csr`` port with the writes the register map generates comes out field for 
 other components read (requester and responder not swapped, MTU capped at the build's), each enable
 pulses its strobe once, and every counter adds its increments and reads back at its address; each port's
 egress stage starts with the default map, takes its configuration writes (a queue past Q - 1 as Q - 1, a
-queue the build lacks nowhere) and shows its stage's counters at that port's addresses."""
+queue the build lacks nowhere) and shows its stage's counters at that port's addresses; on a board, each
+port's MAC counters read at that port's addresses."""
 
 import random
 
@@ -13,7 +14,17 @@ from netreduce.egress import CLASSES, OTHER_CLASS, Scheduling, default_dscp_clas
 from netreduce.host.protocol import ip_to_int, mac_to_int
 from netreduce.hw.egress import EgressQueues
 from netreduce.hw.switch.registers import SwitchRegisters
-from netreduce.registers import COUNTERS, address, counter_address, register_writes, switch_config_writes, vlan_word
+from netreduce.registers import (
+    COUNTERS,
+    ETHERNET_COUNTERS,
+    address,
+    block,
+    counter_address,
+    instances,
+    register_writes,
+    switch_config_writes,
+    vlan_word,
+)
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 
 from references import write_registers
@@ -143,6 +154,32 @@ def test_a_strict_priority_stage_takes_no_scheduling_or_quanta():
                                                              dscp9_class=3))
         await ctx.tick()
         assert ctx.get(dut.egress[0].dscp_class[9]) == 3
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_a_boards_mac_counters_read_at_their_ports_addresses():
+    """Built with ``ethernet``, each port's MAC counters read at that port's ``ethernet`` addresses, each its own
+    (no two swapped); built without, those addresses read 0 and the map has no such block."""
+    rng = random.Random(5)
+    stage = egress_template()
+    dut = SwitchRegisters(jobs=1, workers=1, forwarding_entries=1, mtu=MTU, increment_bits=2, egress=stage,
+                          ports=PORTS, ethernet=True)
+    bare = SwitchRegisters(jobs=1, workers=1, forwarding_entries=1, mtu=MTU, increment_bits=2, egress=stage,
+                           ports=PORTS)
+    assert instances(block("ethernet"), bare.parameters) == 0 and not hasattr(bare, "ethernet_status")
+    values = {(p, name): rng.getrandbits(32) for p in range(PORTS) for name in ETHERNET_COUNTERS}
+
+    async def bench(ctx):
+        for (p, name), value in values.items():
+            ctx.set(dut.ethernet_status[p][name], value)
+        for (p, name), value in values.items():
+            ctx.set(dut.csr.addr, address("ethernet", p, name))
+            await ctx.tick()
+            assert ctx.get(dut.csr.rdata) == value, (p, name)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

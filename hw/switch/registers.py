@@ -10,6 +10,9 @@ Each port's egress stage (``hw.egress.EgressQueues``) takes its configuration fr
 its counters through ``egress_status[p]`` (the register map's ``egress`` block); the reset values are the
 stage's own (the default map of ``netreduce.egress``).
 
+On a board (``ethernet``), each port's MAC counters (``hw.ethernet.EthernetPort``, already in ``sync``)
+come in through ``ethernet_status[p]`` and read as the register map's ``ethernet`` block.
+
 Counters: ``increments`` carries, for one clock, how much each counter of ``netreduce.registers.COUNTERS``
 grows (a field per counter, by name); the counter adds it a clock later, so that nothing that decides an
 event runs into a 32-bit adder. A read of a counter's address shows it the clock after.
@@ -20,8 +23,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...egress import CLASSES, DSCPS, MAX_QUEUES
-from ...registers import COUNTERS, EGRESS_COUNTERS, SWITCH
+from ...registers import COUNTERS, EGRESS_COUNTERS, ETHERNET_COUNTERS, SWITCH
 from ..csr import csr_signature, decode_registers
+from ..ethernet import EthernetStatus
 
 __all__ = ["Place", "SwitchAddress", "JobEntry", "ConnectionEntry", "ForwardingEntry", "SwitchRegisters",
            "fields_of", "vlan_of"]
@@ -56,14 +60,15 @@ def vlan_of(header):
 
 
 class SwitchRegisters(wiring.Component):
-    """``SwitchRegisters(*, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports)``: the
-    configuration of ``jobs`` jobs of up to ``workers`` workers (connection ``c = j * workers + w``), a
-    forwarding table, and ``ports`` egress stages shaped like ``egress`` (an ``EgressQueues``; every
-    port's is the same); a job's MTU is at most the build's ``mtu`` (a larger write is taken as ``mtu``)."""
+    """``SwitchRegisters(*, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports,
+    ethernet=False)``: the configuration of ``jobs`` jobs of up to ``workers`` workers (connection ``c = j *
+    workers + w``), a forwarding table, and ``ports`` egress stages shaped like ``egress`` (an
+    ``EgressQueues``; every port's is the same); a job's MTU is at most the build's ``mtu`` (a larger write
+    is taken as ``mtu``); with ``ethernet``, each port's MAC counters (``ethernet_status``)."""
 
-    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports):
+    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports, ethernet=False):
         self.jobs_count, self.workers, self.forwarding_entries, self.mtu = jobs, workers, forwarding_entries, mtu
-        self.ports, self.queues = ports, egress.queues
+        self.ports, self.queues, self.ethernet = ports, egress.queues, ethernet
         self.egress_config_members = tuple(egress.config_layout.members)
         self.connections_count = jobs * workers
         self.increment_layout = data.StructLayout(dict.fromkeys(COUNTERS, increment_bits))
@@ -79,13 +84,14 @@ class SwitchRegisters(wiring.Component):
             "counters": Out(data.ArrayLayout(COUNTER_BITS, len(COUNTERS))),
             "egress": Out(data.ArrayLayout(egress.config_layout, ports), init=[egress.config_init] * ports),
             "egress_status": In(data.ArrayLayout(egress.status_layout, ports)),
+            **({"ethernet_status": In(data.ArrayLayout(EthernetStatus, ports))} if ethernet else {}),
         })
 
     @property
     def parameters(self):
         """What sizes the register map (``netreduce.registers.instances``)."""
         return {"jobs": self.jobs_count, "workers": self.workers, "forwarding_entries": self.forwarding_entries,
-                "ports": self.ports}
+                "ports": self.ports, "ethernet": self.ethernet}
 
     def elaborate(self, platform):
         m = Module()
@@ -109,6 +115,9 @@ class SwitchRegisters(wiring.Component):
         readable = {f"counters.{name}": self.counters[i] for i, name in enumerate(COUNTERS)}
         transforms = {"job.mtu": lambda word: Mux(word > self.mtu, self.mtu, word)}
         self._egress_registers(m, targets, readable, transforms)
+        for name in ETHERNET_COUNTERS:
+            readable[f"ethernet.{name}"] = ([self.ethernet_status[p][name] for p in range(self.ports)]
+                                            if self.ethernet else [])
         strobes = decode_registers(m, self.csr, self.parameters, targets, readable, transforms)
         m.d.comb += [self.job_enabled.eq(strobes["job.enable"]),
                      self.connection_enabled.eq(strobes["connection.enable"])]

@@ -81,6 +81,7 @@ from ...wire import (
 from ..csr import csr_signature
 from ..deparser import RoceDeparser
 from ..egress import ClassJoin, EgressBeat, EgressQueues, FrameClass, check_geometry
+from ..ethernet import EthernetStatus
 from ..fp.adder import check_int
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
@@ -157,14 +158,17 @@ class NetReduceSwitch(wiring.Component):
       ``egress_weighted``: build its deficit round robin too (else strict priority only).
     - ``management``: a ``netreduce.wire.ManagementAddress``, the in-band control plane (``ManagementAgent``
       answers its manager's requests; docs "In-band control plane"), or None (registers through ``csr`` only).
+    - ``ethernet``: the switch sits behind a board's Ethernet MACs (``hw.ethernet.EthernetPort``, one a port),
+      whose counters come in on ``ethernet_status[p]`` (``EthernetStatus``, in ``sync``) and read as the register
+      map's ``ethernet`` block.
 
     Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
-    tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``.
+    tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``; ``ethernet_status[p]`` with ``ethernet``.
     """
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
                  message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
-                 egress_buffer=16384, egress_weighted=False, management=None):
+                 egress_buffer=16384, egress_weighted=False, management=None, ethernet=False):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
@@ -201,6 +205,9 @@ class NetReduceSwitch(wiring.Component):
                 raise ValueError(f"management: the manager's port {management.manager_ingress} is not one of the "
                                  f"{self.ports} ports")
         self.management = management
+        if not isinstance(ethernet, bool):
+            raise ValueError(f"ethernet must be True or False, not {ethernet!r}")
+        self.ethernet = ethernet
         # the longest frame the switch takes or sends: a RoCE frame whose payload stream is max_frame bytes
         self.longest_frame = max_frame + MAX_HEADER_BYTES + ICRC_BYTES
         self.egress_geometry = dict(queues=egress_queues, depth_beats=egress_buffer // self.beat_bytes,
@@ -220,6 +227,7 @@ class NetReduceSwitch(wiring.Component):
             "s_axis": In(axi_stream_signature(width)).array(ports),
             "m_axis": Out(axi_stream_signature(width)).array(ports),
             "csr": In(csr_signature()),
+            **({"ethernet_status": In(EthernetStatus).array(ports)} if ethernet else {}),
         })
 
     @property
@@ -230,7 +238,8 @@ class NetReduceSwitch(wiring.Component):
                 "adder_stages": self.adder_stages, "ports": self.ports,
                 "forwarding_entries": self.forwarding_entries, "egress_queues": self.egress_queues,
                 "egress_buffer": self.egress_buffer, "egress_weighted": self.egress_weighted,
-                "management": None if self.management is None else dataclasses.asdict(self.management)}
+                "management": None if self.management is None else dataclasses.asdict(self.management),
+                "ethernet": self.ethernet}
 
     def elaborate(self, platform):
         m = Module()
@@ -286,7 +295,7 @@ class NetReduceSwitch(wiring.Component):
         # --- configuration (SwitchRegisters) and state ---------------------------------------------------------
         m.submodules.registers = regs = SwitchRegisters(jobs=J, workers=N, forwarding_entries=self.forwarding_entries,
                                                         mtu=self.mtu, increment_bits=(N + 1).bit_length(),
-                                                        egress=egress[0], ports=self.ports)
+                                                        egress=egress[0], ports=self.ports, ethernet=self.ethernet)
         if self.management is None:
             wiring.connect(m, wiring.flipped(self.csr), regs.csr)
         else:
@@ -296,6 +305,8 @@ class NetReduceSwitch(wiring.Component):
                          regs.csr.wdata.eq(Mux(owns, agent.csr.wdata, self.csr.wdata)),
                          regs.csr.we.eq(Mux(owns, agent.csr.we, self.csr.we)),
                          self.csr.rdata.eq(regs.csr.rdata), agent.csr.rdata.eq(regs.csr.rdata)]
+        if self.ethernet:
+            m.d.comb += [regs.ethernet_status[p].eq(self.ethernet_status[p]) for p in range(self.ports)]
         for p, stage in enumerate(egress):
             m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
             m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]

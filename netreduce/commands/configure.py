@@ -20,7 +20,8 @@ switch was built with (``netreduce generate`` or ``build``). The configuration f
 
 (``switch`` and ``forwarding`` may be left out; a connection's ``requester_vlan`` and ``responder_vlan`` are
 VLAN ids, untagged when left out.) Prints one JSON object: the requests, the requests sent again, and with
-``--counters`` every counter.
+``--counters`` every counter (``counters``) and, for a board's switch (``--ethernet``), each port's MAC
+counters (``ethernet``, a list by port).
 """
 
 import json
@@ -44,6 +45,9 @@ def register(subparsers):
     target.add_argument("--pcap", metavar="FILE", help="write them to a capture, sending nothing")
     parser.add_argument("--config", metavar="FILE.json", help="the configuration to load (module documentation)")
     parser.add_argument("--counters", action="store_true", help="read every counter afterwards")
+    parser.add_argument("--ethernet", action="store_true",
+                        help="a board's switch (netreduce build): --counters also reads each port's Ethernet MAC "
+                             "counters (the golden model has no MAC: they read 0 there)")
     parser.add_argument("--timeout-ms", type=float, default=100.0, metavar="T", help="wait for each reply (100)")
     parser.add_argument("--retries", type=int, default=3, help="send a request again this often (3)")
     parser.add_argument("--width", type=int, choices=(64, 512), default=64, help="datapath width of the build")
@@ -112,7 +116,7 @@ def _interface_exchange(interface, address, timeout):
 def run(args):
     from ..host.management import ManagementError, Manager
     from ..host.pcap import write_pcap
-    from ..registers import COUNTERS, counter_address, switch_config_writes
+    from ..registers import COUNTERS, ETHERNET_COUNTERS, address, counter_address, switch_config_writes
     from ..wire import ManagementOp
     if args.interface and args.manager_mac is None:
         try:
@@ -128,44 +132,51 @@ def run(args):
         raise UserError("nothing to do: give --config FILE.json and/or --counters")
     from ..hw.switch import NetReduceSwitch
     try:
-        switch = NetReduceSwitch(width=args.width, ports=args.ports, **switch_arguments(args))
+        switch = NetReduceSwitch(width=args.width, ports=args.ports, ethernet=args.ethernet, **switch_arguments(args))
     except ValueError as error:
         raise UserError(str(error)) from None
     switch._MustUse__silence = True                 # described, not built
-    address = switch.management
+    management = switch.management
     writes = switch_config_writes(load_config(args.config, args), args.workers) if args.config else []
-    reads = [counter_address(name) for name in COUNTERS] if args.counters else []
+    # (where the value goes: "counters" and a name, or a port and a name; the word address)
+    reads = [(("counters", name), counter_address(name)) for name in COUNTERS] if args.counters else []
+    if args.counters and args.ethernet:
+        reads += [((p, name), address("ethernet", p, name)) for p in range(args.ports) for name in ETHERNET_COUNTERS]
 
     report = {"target": "pcap" if args.pcap else "model" if args.model else args.interface,
               "management": {"switch_mac": args.management_mac, "switch_ip": args.management_ip,
                              "manager_mac": args.manager_mac, "manager_ip": args.manager_ip,
                              "manager_port": args.manager_port}}
     if args.pcap:
-        manager = Manager(address)
+        manager = Manager(management)
         frames = [manager.request(ManagementOp.WRITE, at, word)[1] for at, word in writes]
-        frames += [manager.request(ManagementOp.READ, at)[1] for at in reads]
+        frames += [manager.request(ManagementOp.READ, at)[1] for _, at in reads]
         write_pcap(args.pcap, frames)
         print(json.dumps({**report, "requests": len(frames), "pcap": args.pcap}, indent=1))
         return 0
     if args.model:
         from ..sim.switch_model import SwitchModel
-        model = SwitchModel.managed(switch.parameters, address)
-        port = address.manager_ingress or 0
+        model = SwitchModel.managed(switch.parameters, management)
+        port = management.manager_ingress or 0
 
         def exchange(frame):
             return [out for _, out in model.receive(port, frame)]
     else:
-        exchange = _interface_exchange(args.interface, address, args.timeout_ms / 1000)
-    manager = Manager(address, exchange, retries=args.retries)
+        exchange = _interface_exchange(args.interface, management, args.timeout_ms / 1000)
+    manager = Manager(management, exchange, retries=args.retries)
+    counters, ethernet = {}, [{} for _ in range(args.ports)]
     try:
         manager.load(writes)
-        counters = {name: manager.read(at) for name, at in zip(COUNTERS, reads, strict=True)}
+        for (where, name), at in reads:
+            (counters if where == "counters" else ethernet[where])[name] = manager.read(at)
     except ManagementError as error:
         raise UserError(str(error)) from None
     requests = len(writes) + len(reads)
     report.update(requests=requests, sent_again=manager.sent - requests)
     if args.counters:
         report["counters"] = counters
+        if args.ethernet:
+            report["ethernet"] = ethernet
     json.dump(report, sys.stdout, indent=1)
     print()
     return 0
