@@ -44,6 +44,8 @@ def register(subparsers):
     parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
                         help="the switch's clock (default: what the board's ports need, with a quarter spare)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    parser.add_argument("--placer", choices=("heap", "static", "sa"), default="heap",
+                        help="nextpnr's placer (default heap, nextpnr's own default)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="nextpnr's router (default router1, nextpnr's own default for the ECP5)")
     parser.add_argument("--loopback", action="store_true",
@@ -102,7 +104,8 @@ def run(args):
     print(f"elaborating {what} for {args.board} ({top.board.ports} ports, switch clock "
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
     plan = platform.prepare(top, name=name,
-                            nextpnr_opts=f"--report report.json --seed {args.seed} --router {args.router}")
+                            nextpnr_opts=f"--report report.json --seed {args.seed} --placer {args.placer} "
+                                         f"--router {args.router}")
     out.mkdir(parents=True, exist_ok=True)
     plan.extract(out)
     steps = {"elaboration_s": round(time.monotonic() - started, 1)}
