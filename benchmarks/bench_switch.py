@@ -1,6 +1,7 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
-    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth] [--xilinx]
+    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth [--no-route]
+        [--placer heap|static] [--router router1|router2]] [--xilinx]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
   16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
@@ -124,6 +125,9 @@ def main(argv=None):
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     parser.add_argument("--xilinx", action="store_true",
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
+    parser.add_argument("--placer", choices=("heap", "static"), default="heap", help="with --synth: nextpnr's placer")
+    parser.add_argument("--router", choices=("router1", "router2"), default="router1",
+                        help="with --synth: nextpnr's router")
     parser.add_argument("--no-route", action="store_true",
                         help="with --synth: stop after placement and report nextpnr's estimated Fmax")
     args = parser.parse_args(argv)
@@ -136,7 +140,8 @@ def main(argv=None):
         from netreduce.synth import synth_ecp5
         switch = NetReduceSwitch(width=64, workers=4, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                  message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048)
-        result = synth_ecp5(switch, "netreduce_switch_64b_4w", freq_mhz=156.25, route=not args.no_route)
+        result = synth_ecp5(switch, "netreduce_switch_64b_4w", freq_mhz=156.25, route=not args.no_route,
+                            placer=args.placer, router=args.router)
         result.pop("work_dir", None)
         report["ecp5_switch_64b_4w"] = result
     if args.xilinx:

@@ -286,7 +286,7 @@ def _safe_name(name):
 
 
 def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA381", speed=8,
-               seed=1, work_dir=None, out_pins=8, route=True):
+               seed=1, work_dir=None, out_pins=8, route=True, placer="heap", router="router1"):
     """Fmax and resources of ``component`` on a Lattice ECP5 (open flow).
 
     Returns a dict: ``luts``, ``ffs``, ``dsps``, ``brams`` (the component alone, after synthesis),
@@ -296,7 +296,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     ``work_dir``, ``deepest`` (the ten deepest register inputs of the harness by :func:`logic_depths`:
     ``depth``, ``endpoint``, ``from``). With ``route=False`` nextpnr stops after placement and ``fmax_mhz``
     is its estimate from the placed design (wire delays estimated, not routed): for designs whose routing
-    takes hours. Raises :class:`SynthesisError` when a tool fails.
+    takes hours. ``placer`` and ``router``: nextpnr's (``heap`` or ``static``; ``router1`` or ``router2``).
+    Raises :class:`SynthesisError` when a tool fails.
     """
     name = _safe_name(name)
     if device not in ECP5_DEVICES:
@@ -321,7 +322,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
               log="yosys_harness.log")
     run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
                       "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
-                      "--timing-allow-fail", *([] if route else ["--no-route"])], work, log="nextpnr.log")
+                      "--timing-allow-fail", "--placer", placer, "--router", router,
+                      *([] if route else ["--no-route"])], work, log="nextpnr.log")
     report = json.loads((work / "report.json").read_text())
     fmax = None
     for clock, info in report.get("fmax", {}).items():
@@ -344,7 +346,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
         "met": fmax is not None and fmax >= freq_mhz,
         "placed_luts": util.get("TRELLIS_COMB", {}).get("used"),
         "placed_ffs": util.get("TRELLIS_FF", {}).get("used"),
-        "routed": route,
+        "routed": route, "placer": placer, "router": router,
         "deepest": deepest,
         "device": f"LFE5U-{device.upper()}", "package": package, "speed": speed,
         "seconds": round(time.monotonic() - start, 1),
