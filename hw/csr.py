@@ -9,7 +9,7 @@ instance and a value for every read-only one; a register of the map that the des
 name that is not in the map, is an error, so the map and the RTL cannot drift apart.
 """
 
-from amaranth.hdl import Cat, Const, Mux, Signal, Value
+from amaranth.hdl import Const, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -66,38 +66,19 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
                                 m.d.sync += value[low:low + WORD_BITS].eq(written)
                                 if r.access == "action":
                                     m.d.comb += strobes[key][index].eq(1)
-    m.d.sync += csr.rdata.eq(_read_mux(csr.addr, params, readable))
+    with m.Switch(csr.addr):
+        for blk in BLOCKS:
+            count = instances(blk, params)
+            for r in blk.registers:
+                if r.access != "ro":
+                    continue
+                key = f"{blk.name}.{r.name}"
+                values = readable[key] if blk.count is not None else [readable[key]]
+                if len(values) != count:
+                    raise ValueError(f"{key}: {len(values)} values for {count} instances")
+                for index, value in enumerate(values):
+                    with m.Case(blk.base + blk.stride * index + r.offset):
+                        m.d.sync += csr.rdata.eq(value)
+        with m.Default():
+            m.d.sync += csr.rdata.eq(Const(0, WORD_BITS))
     return strobes
-
-
-def _read_mux(addr, params, readable):
-    """The read-only word at ``addr`` (0 elsewhere), as a mux tree: each instance of a block with read-only
-    registers is a *region* of 2^b words (b: enough for its last read-only word), aligned to its size; the
-    address's low b bits pick the word in every region (``word_select`` of the region's words, constant 0
-    where no read-only register is: a shift Yosys maps to a tree of muxes), its high bits which region
-    hits. (A case per word instead, some 200 on a two-port build, made Yosys build a priority mux of
-    over 20,000 LUTs.)"""
-    read = Const(0, WORD_BITS)
-    for blk in BLOCKS:
-        ro = [r for r in blk.registers if r.access == "ro"]
-        count = instances(blk, params)
-        if not ro or not count:
-            continue
-        bits = max(1, (max(r.offset for r in ro)).bit_length())
-        if blk.stride and 1 << bits > blk.stride:
-            raise ValueError(f"{blk.name}: its read-only words span more than its stride")
-        for index in range(count):
-            base = blk.base + blk.stride * index
-            if base % (1 << bits):
-                raise ValueError(f"{blk.name}[{index}] at {base:#x} is not aligned to its {1 << bits} words")
-            words = [Const(0, WORD_BITS)] * (1 << bits)
-            for r in ro:
-                if r.words != 1:
-                    raise ValueError(f"{blk.name}.{r.name}: a read-only register is one word")
-                values = readable[f"{blk.name}.{r.name}"]
-                value = Value.cast(values[index] if blk.count is not None else values).as_unsigned()
-                words[r.offset] = Cat(value, Const(0, WORD_BITS - len(value))) if len(value) < WORD_BITS \
-                    else value[:WORD_BITS]
-            hit = addr[bits:] == base >> bits
-            read = read | Mux(hit, Cat(*words).word_select(addr[:bits], WORD_BITS), 0)
-    return read
