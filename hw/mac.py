@@ -14,8 +14,9 @@ then one *end marker* (``end`` 1, ``data`` unused) whose ``bad`` says whether to
   out); fewer than 64 bytes with its FCS (``drops_runt``); a wrong FCS (``drops_fcs``). A good frame
   counts in ``frames_good``.
 
-Counters are 32 bits and wrap. ``o`` gives a frame's bytes four clocks late (the FCS is known only at
-the end), and its end marker in the clock after ``rx_dv`` falls.
+Counters are 32 bits and wrap; a frame is counted two clocks after ``rx_dv`` falls. ``o`` gives a
+frame's bytes four clocks late (the FCS is known only at the end), and its end marker in the clock after
+``rx_dv`` falls.
 
 ``GmiiTx()`` takes ``i``, a stream of ``TxByte`` (``data``, ``last``), and drives ``tx_en``, ``tx_er``
 and ``txd`` from registers (one clock after its state decides them, for the pins' DDR registers): for
@@ -82,6 +83,23 @@ class GmiiRx(wiring.Component):
         def count(counter):
             m.d.sync += counter.eq(counter + 1)
 
+        # a frame's verdict is counted the clock after its end, from registers: the FCS comparison and the
+        # checks' priority stay out of the counters' adders (125 MHz on the ECP5)
+        ended, ended_error, ended_oversize, ended_runt, ended_fcs = (
+            Signal(name=f"ended{suffix}") for suffix in ("", "_error", "_oversize", "_runt", "_fcs"))
+        m.d.sync += ended.eq(0)
+        with m.If(ended):
+            with m.If(ended_error):
+                count(self.drops_error)
+            with m.Elif(ended_oversize):
+                count(self.drops_oversize)
+            with m.Elif(ended_runt):
+                count(self.drops_runt)
+            with m.Elif(ended_fcs):
+                count(self.drops_fcs)
+            with m.Else():
+                count(self.frames_good)
+
         with m.FSM(name="rx"):
             with m.State("IDLE"):
                 with m.If(self.rx_dv):
@@ -118,16 +136,8 @@ class GmiiRx(wiring.Component):
                     bad_fcs = crc != RAW_RESIDUE
                     m.d.comb += [self.o.valid.eq(1), self.o.payload.end.eq(1),
                                  self.o.payload.bad.eq(error | oversize | runt | bad_fcs)]
-                    with m.If(error):
-                        count(self.drops_error)
-                    with m.Elif(oversize):
-                        count(self.drops_oversize)
-                    with m.Elif(runt):
-                        count(self.drops_runt)
-                    with m.Elif(bad_fcs):
-                        count(self.drops_fcs)
-                    with m.Else():
-                        count(self.frames_good)
+                    m.d.sync += [ended.eq(1), ended_error.eq(error), ended_oversize.eq(oversize),
+                                 ended_runt.eq(runt), ended_fcs.eq(bad_fcs)]
                     m.next = "IDLE"
             with m.State("DISCARD"):
                 with m.If(~self.rx_dv):
