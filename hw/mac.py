@@ -14,9 +14,9 @@ then one *end marker* (``end`` 1, ``data`` unused) whose ``bad`` says whether to
   out); fewer than 64 bytes with its FCS (``drops_runt``); a wrong FCS (``drops_fcs``). A good frame
   counts in ``frames_good``.
 
-Counters are 32 bits and wrap; a frame is counted two clocks after ``rx_dv`` falls. ``o`` gives a
-frame's bytes four clocks late (the FCS is known only at the end), and its end marker in the clock after
-``rx_dv`` falls.
+Counters are 32 bits and wrap; a frame is counted two clocks after ``rx_dv`` falls. ``o`` (from a
+register) gives a frame's bytes five clocks late (the FCS is known only at the end), and its end marker
+two clocks after ``rx_dv`` falls.
 
 ``GmiiTx()`` takes ``i``, a stream of ``TxByte`` (``data``, ``last``), and drives ``tx_en``, ``tx_er``
 and ``txd`` from registers (one clock after its state decides them, for the pins' DDR registers): for
@@ -83,6 +83,11 @@ class GmiiRx(wiring.Component):
         def count(counter):
             m.d.sync += counter.eq(counter + 1)
 
+        # ``o`` from a register: the length and FCS checks that decide a byte's ``valid`` and an end's ``bad``
+        # stay out of what takes it (the packing into beats and the clock crossing, at 125 MHz on the ECP5)
+        out = stream.Signature(MacByte).create(path=("out",))
+        m.d.sync += [self.o.valid.eq(out.valid), self.o.payload.eq(out.payload)]
+
         # a frame's verdict is counted the clock after its end, from registers: the FCS comparison and the
         # checks' priority stay out of the counters' adders (125 MHz on the ECP5)
         ended, ended_error, ended_oversize, ended_runt, ended_fcs = (
@@ -126,16 +131,16 @@ class GmiiRx(wiring.Component):
                                  length.eq(Mux(length == self.max_frame + FCS_BYTES + 1, length, length + 1))]
                     with m.If(held_count == FCS_BYTES):
                         # the oldest held byte is not FCS: out, if within max_frame
-                        m.d.comb += [self.o.valid.eq(length <= self.max_frame + FCS_BYTES - 1),
-                                     self.o.payload.data.eq(held[:8])]
+                        m.d.comb += [out.valid.eq(length <= self.max_frame + FCS_BYTES - 1),
+                                     out.payload.data.eq(held[:8])]
                     with m.Else():
                         m.d.sync += held_count.eq(held_count + 1)
                 with m.Else():
                     oversize = length > self.max_frame + FCS_BYTES
                     runt = length < MIN_FRAME
                     bad_fcs = crc != RAW_RESIDUE
-                    m.d.comb += [self.o.valid.eq(1), self.o.payload.end.eq(1),
-                                 self.o.payload.bad.eq(error | oversize | runt | bad_fcs)]
+                    m.d.comb += [out.valid.eq(1), out.payload.end.eq(1),
+                                 out.payload.bad.eq(error | oversize | runt | bad_fcs)]
                     m.d.sync += [ended.eq(1), ended_error.eq(error), ended_oversize.eq(oversize),
                                  ended_runt.eq(runt), ended_fcs.eq(bad_fcs)]
                     m.next = "IDLE"
