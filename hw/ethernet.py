@@ -19,8 +19,10 @@ dry inside a frame.
 Counters (32 bits, ``netreduce.registers.ETHERNET_COUNTERS``, the register map's ``ethernet`` block), all in
 ``sync``: ``rx_good``, ``rx_drops_fcs``, ``rx_drops_runt``, ``rx_drops_error``, ``rx_drops_oversize``,
 ``rx_preamble_errors`` (``GmiiRx``), ``rx_drops_full`` (``FrameFilter``: frames that found no room),
-``tx_frames``, ``tx_underruns`` (``GmiiTx``). Those kept in the receive and transmit clocks cross into
-``sync`` Gray-coded (``hw.cdc.CounterCrossing``), a few clocks late.
+``tx_frames``, ``tx_underruns`` (``GmiiTx``). Those the MAC keeps in the receive and transmit clocks are
+counted again in ``sync`` from their lowest bit (``hw.cdc.EventCounter``), a few clocks late, so that
+nothing wide crosses (their events are frames, far apart; a broken preamble can come faster, and such
+errors closer than three ``sync`` clocks may count as one).
 """
 
 from amaranth.hdl import DomainRenamer, Module
@@ -29,7 +31,7 @@ from amaranth.lib.fifo import AsyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..registers import ETHERNET_COUNTERS
-from .cdc import CounterCrossing
+from .cdc import EventCounter
 from .framing import BeatsToBytes, FrameFilter, MacToBeats, RxBeat
 from .mac import GmiiRx, GmiiTx
 from .stream import FrameBeat, check_width, frame_stream
@@ -106,6 +108,6 @@ class EthernetPort(wiring.Component):
             if domain == "sync":
                 m.d.comb += getattr(self, name).eq(count)
                 continue
-            m.submodules[f"{name}_crossing"] = crossing = CounterCrossing(COUNTER_BITS, i_domain=domain)
-            m.d.comb += [crossing.i.eq(count), getattr(self, name).eq(crossing.o)]
+            m.submodules[f"{name}_events"] = events = EventCounter(COUNTER_BITS, i_domain=domain)
+            m.d.comb += [events.toggle.eq(count[0]), getattr(self, name).eq(events.count)]
         return m
