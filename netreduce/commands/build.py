@@ -68,11 +68,12 @@ def summarize_report(report):
 def _tool_environment():
     """The tools' paths for the build script: the ``synth`` extra's, or for Yosys the binary that
     ``$NETREDUCE_YOSYS`` names (as for ``netreduce.synth``)."""
+    from ..synth import native_yosys
     env = dict(os.environ)
     bin_dir = Path(sys.executable).parent
     for variable, command in TOOLS.items():
-        if variable == "YOSYS" and os.environ.get("NETREDUCE_YOSYS"):
-            env[variable] = os.environ["NETREDUCE_YOSYS"]
+        if variable == "YOSYS" and native_yosys():
+            env[variable] = native_yosys()
             continue
         path = shutil.which(command) or (bin_dir / command if (bin_dir / command).exists() else None)
         if path is None:
