@@ -42,30 +42,31 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
             raise ValueError(f"the design and the register map disagree on the {kind} registers: "
                              f"{sorted(set(given) ^ expected)}")
     strobes = {}
+    # one If per written word rather than one Switch over every address: Amaranth puts the whole Switch,
+    # empty cases and all, into each target's process (a Verilog text quadratic in the map's size)
     with m.If(csr.we):
-        with m.Switch(csr.addr):
-            for blk in BLOCKS:
-                count = instances(blk, params)
-                for r in blk.registers:
-                    key = f"{blk.name}.{r.name}"
-                    if r.access == "ro":
-                        continue
-                    values = targets[key]
-                    if len(values) != count:
-                        raise ValueError(f"{key}: {len(values)} targets for {count} instances")
-                    if r.access == "action":
-                        strobes[key] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
-                    for index, value in enumerate(values):
-                        value = Value.cast(value)
-                        for word in range(r.words):
-                            low = WORD_BITS * word
-                            if low >= len(value):
-                                break
-                            with m.Case(blk.base + blk.stride * index + r.offset + word):
-                                written = transforms[key](csr.wdata) if key in transforms else csr.wdata
-                                m.d.sync += value[low:low + WORD_BITS].eq(written)
-                                if r.access == "action":
-                                    m.d.comb += strobes[key][index].eq(1)
+        for blk in BLOCKS:
+            count = instances(blk, params)
+            for r in blk.registers:
+                key = f"{blk.name}.{r.name}"
+                if r.access == "ro":
+                    continue
+                values = targets[key]
+                if len(values) != count:
+                    raise ValueError(f"{key}: {len(values)} targets for {count} instances")
+                if r.access == "action":
+                    strobes[key] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
+                for index, value in enumerate(values):
+                    value = Value.cast(value)
+                    for word in range(r.words):
+                        low = WORD_BITS * word
+                        if low >= len(value):
+                            break
+                        with m.If(csr.addr == blk.base + blk.stride * index + r.offset + word):
+                            written = transforms[key](csr.wdata) if key in transforms else csr.wdata
+                            m.d.sync += value[low:low + WORD_BITS].eq(written)
+                            if r.access == "action":
+                                m.d.comb += strobes[key][index].eq(1)
     with m.Switch(csr.addr):
         for blk in BLOCKS:
             count = instances(blk, params)

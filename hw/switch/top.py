@@ -314,6 +314,15 @@ class NetReduceSwitch(wiring.Component):
         def registers(count, shape, name):
             return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
 
+        def write_at(elements, index, value, domain="sync"):
+            """``elements[index].eq(value)`` at a run-time ``index``, as one ``If`` per element: Amaranth
+            lowers an ``Array`` written at a run-time index to a switch over every index in the process of
+            each element, a text quadratic in the array's length (most of the switch's Verilog, and of the
+            C++ that Verilator makes of it)."""
+            for i, element in enumerate(elements):
+                with m.If(index == i):
+                    m.d[domain] += element.eq(value)
+
         def field(records, count, *path):
             return Array(fields_of(records, count, *path))
 
@@ -864,7 +873,7 @@ class NetReduceSwitch(wiring.Component):
                                              for i in range(4))[settled.facts])
         m.d.sync += settling.eq(0)
         with m.If(settling):
-            m.d.comb += Array(regs.increments[name] for name in COUNTERS)[drop_reason].eq(1)
+            write_at([regs.increments[name] for name in COUNTERS], drop_reason, 1, domain="comb")
 
         # the contribution's effects
         slot = plan.slot
@@ -1079,7 +1088,7 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(happens("ACK")):
                     count("acks_seen")
                     with m.If(plan.advance):
-                        m.d.sync += delivered[plan.conn].eq(plan.through)
+                        write_at(delivered, plan.conn, plan.through)
                     with m.If(plan.ahead):
                         count("acks_ahead")
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
@@ -1099,18 +1108,21 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(happens("CONTRIBUTE")):
                     c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
                     entry = (j * K + k) * N + w
-                    m.d.sync += [pk_bitmap[slot].eq(bitmap), pk_len[slot].eq(length),
-                                 expected[c].eq(expected[c] + 1)]
+                    write_at(pk_bitmap, slot, bitmap)
+                    write_at(pk_len, slot, length)
+                    write_at(expected, c, expected[c] + 1)
                     m.d.comb += hs_w.en.eq(1)
                     with m.If(plan.first):
-                        m.d.sync += [msg_busy[j * K + k].eq(1), msg_seq[j * K + k].eq(next_seq[c]),
-                                     wk_started[entry].eq(1), wk_closed[entry].eq(0),
-                                     wk_first[entry].eq(psn), cur_first[c].eq(psn), in_msg[c].eq(1),
-                                     cur_k[c].eq(k)]
+                        for array, index, value in ((msg_busy, j * K + k, 1), (msg_seq, j * K + k, next_seq[c]),
+                                                    (wk_started, entry, 1), (wk_closed, entry, 0),
+                                                    (wk_first, entry, psn), (cur_first, c, psn), (in_msg, c, 1),
+                                                    (cur_k, c, k)):
+                            write_at(array, index, value)
                     with m.If(plan.last):
-                        m.d.sync += [wk_closed[entry].eq(1), wk_count[entry].eq(plan.index + 1),
-                                     wk_last[entry].eq(psn), in_msg[c].eq(0), next_seq[c].eq(next_seq[c] + 1),
-                                     next_k[c].eq(next_k[c] + 1)]
+                        for array, index, value in ((wk_closed, entry, 1), (wk_count, entry, plan.index + 1),
+                                                    (wk_last, entry, psn), (in_msg, c, 0),
+                                                    (next_seq, c, next_seq[c] + 1), (next_k, c, next_k[c] + 1)):
+                            write_at(array, index, value)
                     with m.If(full):
                         # each worker's result carries its own PSN of this packet slot: its connection's sent
                         for jj in range(J):
@@ -1118,7 +1130,7 @@ class NetReduceSwitch(wiring.Component):
                                 for v in range(N):
                                     own_psn = Mux(w == v, psn, wk_first[(jj * K + k) * N + v] + plan.index)
                                     m.d.sync += sent[jj * N + v].eq(own_psn)
-                        m.d.sync += pk_ready[slot].eq(1)
+                        write_at(pk_ready, slot, 1)
                         count("results_sent", job_n[j])
                         m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
 
@@ -1208,7 +1220,8 @@ class NetReduceSwitch(wiring.Component):
                     open_messages(plan.job)
                 with m.If(happens("LOSSY")):
                     first_slot = lossy_slot(plan.job, probe.k)
-                    m.d.sync += [pk_len[first_slot].eq(length), pk_bitmap[first_slot].eq(lossy_bitmap)]
+                    write_at(pk_len, first_slot, length)
+                    write_at(pk_bitmap, first_slot, lossy_bitmap)
                     m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
                                  hs_w.data.own.eq(window[:8 * OWN_BYTES])]
                     with m.If(lossy_full):
@@ -1246,11 +1259,11 @@ class NetReduceSwitch(wiring.Component):
                 # the message completes with its contributors: their sum, and a result to every worker's receiver
                 m.d.comb += lossy_changing.eq(1)
                 with m.If(room):
-                    m.d.sync += msg_complete[complete_message].eq(1)
+                    write_at(msg_complete, complete_message, 1)
                     count("deadline_completions", complete_deadline)
-                    m.d.comb += Array(regs.increments[name] for name in HISTOGRAM_COUNTERS)[
-                        Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
-                            complete_count)].eq(1)
+                    write_at([regs.increments[name] for name in HISTOGRAM_COUNTERS],
+                          Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
+                              complete_count), 1, domain="comb")
                     with m.If(complete_bitmap != 0):
                         count("results_sent", job_n[complete_job])
                         m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
@@ -1272,7 +1285,7 @@ class NetReduceSwitch(wiring.Component):
                     m.next = "IDLE"
                     take_header()
                 with m.Elif(descriptors.w_rdy):
-                    m.d.sync += advance_oldest.eq(advance_oldest + 1)
+                    write_at(job_oldest, complete_job, advance_oldest + 1)
                     count("credits_sent", job_n[complete_job])
                     m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
                                  new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
@@ -1288,14 +1301,17 @@ class NetReduceSwitch(wiring.Component):
                     m.next = "IDLE"
                     take_header()
                 with m.Elif(descriptors.w_rdy):
-                    m.d.sync += [msg_busy[released].eq(0), oldest.eq(oldest + 1)]
+                    write_at(msg_busy, released, 0)
+                    write_at(job_oldest, release_job, oldest + 1)
                     m.next = "RELEASE_CHECK"
                     for w in range(N):
-                        m.d.sync += [wk_started[released * N + w].eq(0), wk_closed[released * N + w].eq(0)]
+                        write_at(wk_started, released * N + w, 0)
+                        write_at(wk_closed, released * N + w, 0)
                     for i in range(M):
                         packet = released * M + i
-                        m.d.sync += [pk_bitmap[packet].eq(0), pk_ready[packet].eq(0),
-                                     pk_gen[packet].eq(~pk_gen[packet])]
+                        write_at(pk_bitmap, packet, 0)
+                        write_at(pk_ready, packet, 0)
+                        write_at(pk_gen, packet, ~pk_gen[packet])
                     count("credits_sent", job_n[release_job])
                     m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
                                  new_descriptor.job.eq(release_job), new_descriptor.all.eq(1),
@@ -1304,5 +1320,5 @@ class NetReduceSwitch(wiring.Component):
 
         # (after the monitor's writes: a bounded-loss result takes its connection's next PSN)
         with m.If(emitter.psn_used.valid):
-            m.d.sync += sent[emitter.psn_used.conn].eq(sent[emitter.psn_used.conn] + 1)
+            write_at(sent, emitter.psn_used.conn, sent[emitter.psn_used.conn] + 1)
         return m
