@@ -15,6 +15,7 @@ The C++ that Verilator writes for the switch runs to tens of megabytes: g++ comp
 every clock at ``NETREDUCE_VERILATOR_CXX_OPT`` (default ``-O1``) and the construction code at ``-O0``.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from amaranth.back import verilog
 
 __all__ = ["SIMULATORS", "default_simulator", "available_simulators", "simulator_env", "generate_verilog",
-           "run_cocotb", "cocotb_params", "SimulationError"]
+           "quick_memory_init", "run_cocotb", "cocotb_params", "SimulationError"]
 
 SIMULATORS = ("verilator", "icarus")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -109,13 +110,50 @@ def default_simulator():
     return os.environ.get("SIM", "verilator")
 
 
+@contextlib.contextmanager
+def quick_memory_init():
+    """Within the block, Amaranth's RTLIL backend writes each memory's initial contents (``$meminit_v2``)
+    from the words as integers, where its own code builds and formats a netlist object for every bit: the
+    same text (``tests/test_sim_runner.py`` compares the two on memories of every kind), made in about half
+    the time for the switch, whose slot memories hold megabits. Where the backend has no such method (another
+    Amaranth), nothing changes."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import _nir
+    original = getattr(rtlil.ModuleEmitter, "emit_memory", None)
+
+    def emit_memory(self, cell_idx, cell):
+        mask, bits = (1 << cell.width) - 1, cell.width * cell.depth
+        words = "".join(format(word & mask, f"0{cell.width}b") for word in reversed(cell.init)) \
+            if any(cell.init) else "0" * bits
+        self.builder.cell("$meminit_v2", ports={
+            "ADDR": self.sigspec(),
+            "DATA": f"{bits}'{words}",
+            "EN": self.sigspec(_nir.Value.ones(cell.width)),
+        }, parameters={
+            "MEMID": self.memories[cell_idx].memid,
+            "ABITS": 0,
+            "WIDTH": cell.width,
+            "WORDS": cell.depth,
+            "PRIORITY": 0,
+        }, src_loc=cell.src_loc)
+
+    if original is not None:
+        rtlil.ModuleEmitter.emit_memory = emit_memory
+    try:
+        yield
+    finally:
+        if original is not None:
+            rtlil.ModuleEmitter.emit_memory = original
+
+
 def generate_verilog(component, name, path=None):
     """Verilog text of ``component`` as module ``name`` (written to ``path`` if given). A component that
     needs a platform's lowering to elaborate (DDR I/O buffers) holds the platform in its
     ``simulation_platform``; the primitives it then instantiates need models among the simulation's
     sources."""
-    text = verilog.convert(component, name=name, emit_src=False,
-                           platform=getattr(component, "simulation_platform", None))
+    with quick_memory_init():
+        text = verilog.convert(component, name=name, emit_src=False,
+                               platform=getattr(component, "simulation_platform", None))
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)

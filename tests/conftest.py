@@ -1,14 +1,19 @@
 """Suite-wide pytest hooks."""
 
 
-def _expected_minutes(item):
+def _order(item):
+    """Leaders of builds first, then the longest tests first (see ``pytest_collection_modifyitems``)."""
     marker = item.get_closest_marker("slow")
-    return 0 if marker is None else marker.kwargs.get("minutes", 1)
+    minutes = 0 if marker is None else marker.kwargs.get("minutes", 1)
+    return (item.get_closest_marker("build_leader") is None, -minutes)
 
 
 def pytest_collection_modifyitems(session, config, items):
     """The longest tests first: ``slow(minutes=m)`` marks a test that takes about ``m`` minutes on one
     core. pytest-xdist, scheduling one test at a time (``--maxschedchunk=1`` in pyproject.toml), then
     hands them out longest first, so the long builds overlap the many short tests instead of trailing
-    them on one worker."""
-    items.sort(key=_expected_minutes, reverse=True)
+    them on one worker. Before them all come the ``build_leader`` tests, one for each simulation build
+    (Verilog, Verilator, g++: one to three minutes on an empty cache): each leader builds a design no other
+    leader needs, so the two workers build different designs at once instead of one waiting on the other's
+    build lock for a design they both need."""
+    items.sort(key=_order)

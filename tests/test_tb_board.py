@@ -24,7 +24,7 @@ RUN = {"ports": 2, "workers": BUILD["workers"], "forwarding_entries": BUILD["for
        "time_limit_ns": 20_000_000}
 
 
-@pytest.mark.parametrize("loss", [0.0, 0.05])
+@pytest.mark.parametrize("loss", [0.0, pytest.param(0.05, marks=pytest.mark.build_leader)])   # leads switch_on_gmii
 def test_allreduce_through_the_macs(loss):
     top = SwitchOnGmii(2, **BUILD, management=ADDRESS)
     run_cocotb(top, name="switch_on_gmii", test_module="netreduce.tb.board_tb", testcase="allreduce_over_gmii",
@@ -32,6 +32,7 @@ def test_allreduce_through_the_macs(loss):
                params={**RUN, "bytes": 16384, "loss": loss}, quiet=True)
 
 
+@pytest.mark.build_leader       # of switch_on_rgmii
 def test_allreduce_and_bad_frames_through_the_rgmii_pins():
     top = SwitchOnRgmii(2, **BUILD, management=ADDRESS)
     run_cocotb(top, name="switch_on_rgmii", test_module="netreduce.tb.board_tb",

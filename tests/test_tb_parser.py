@@ -54,9 +54,11 @@ def capture_shards(count):
 # largest capture), the parser the other (the nine others), so that the two runs share the two workers
 # (the parser's is the longer: some 2.3 minutes against 1.3 on an idle machine).
 ICARUS_SHARDS = len(TOPS)
-CAPTURE_RUNS = [pytest.param(top, width, "verilator", None, marks=pytest.mark.slow(minutes=1))
+# (each run builds a design of its own: all lead their builds)
+CAPTURE_RUNS = [pytest.param(top, width, "verilator", None, marks=[pytest.mark.slow(minutes=1),
+                                                                   pytest.mark.build_leader])
                 for top in TOPS for width in WIDTHS] + [
-    pytest.param(top, 64, "icarus", shard, marks=[ICARUS, pytest.mark.slow(minutes=2)])
+    pytest.param(top, 64, "icarus", shard, marks=[ICARUS, pytest.mark.slow(minutes=2), pytest.mark.build_leader])
     for shard, top in enumerate(("pipeline", "parser"))]
 
 

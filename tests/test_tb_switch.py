@@ -69,6 +69,7 @@ def test_eight_workers_64(tmp_path):
     replay(tmp_path, scenario, "fp32x64", backpressure=0.3, seed=2)
 
 
+@pytest.mark.build_leader       # of the fp32x64 build
 def test_mac_models_at_line_rate_64(tmp_path):
     """cocotbext-eth MACs on the ports at 10 Gb/s (64 bits at 156.25 MHz): 8 workers' frames paced as
     a MAC delivers them; the switch never holds one back and sends every frame out without a pause."""
@@ -174,6 +175,7 @@ def test_attacks_across_2_32_two_ports_64(tmp_path):
     replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=11)
 
 
+@pytest.mark.build_leader       # of the fp32x512 build
 def test_attacks_same_port_512(tmp_path):
     """The same at 512 bits on one port: the attackers share the workers' port and differ from a worker
     only by their MAC (and, for a forged ACK, from the responder only by it)."""
@@ -208,6 +210,7 @@ def test_mtu_4096_512(tmp_path):
     replay(tmp_path, scenario, "fp32x512", backpressure=0.3, seed=5)
 
 
+@pytest.mark.build_leader       # of the bf16x64 and fp16x64 builds
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_16_bit_formats_64(tmp_path, dtype):
     faults = FaultSpec(loss=0.02, duplicate=0.02, reorder=0.02)
