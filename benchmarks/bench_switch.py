@@ -1,7 +1,7 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
-    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--synth [--no-route]
-        [--placer heap|static] [--router router1|router2]] [--xilinx]
+    python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
+        [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
   16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
@@ -13,6 +13,11 @@
 - The bounded-loss class: the same workers with a quarter of the bytes as MLT's one-packet messages (UC
   WRITE ONLY with immediate, MTU 1024, a window of 8 messages), no loss: the same figures
   (``bounded_loss``).
+- Ports (``ports``): the same all-reduce with the workers spread over P ports (worker w on port w mod P;
+  ``--ports``, default P = 1, 2, 4 at 64 bits and 1, 2 at 512), every port's frames offered at once and
+  taken in the order of the switch's port arbiter: input and output beats per clock in aggregate and per
+  port (each port's frames out are checked against the model's, in any order). The switch takes its
+  ports into one pipeline of one beat per clock, so the aggregate is one port's line rate, shared.
 - Forwarded frames: back-to-back frames that the switch only forwards (not RoCE, 60 and 128 bytes; RoCE
   of no registered connection, 60 bytes), input and output beats per clock and refused clocks for each
   kind (goal 1.0: a frame of no connection takes no clock of its own in the monitor).
@@ -54,6 +59,7 @@ MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
 FORWARDED_FRAMES = 400
 WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's bytes in the credit window
 SYNTH_MESSAGE_SLOTS = 8
+PORT_COUNTS = {64: [1, 2, 4], 512: [1, 2]}      # the multi-port runs of each width
 
 
 def scenario(workers, nbytes, width, **kwargs):
@@ -79,13 +85,14 @@ def forwarded_scenarios(workers, width):
     return {kind: record_frames(config, [frame] * FORWARDED_FRAMES) for kind, frame in kinds.items()}
 
 
-def run_measure(switch, scenario, workers):
+def run_measure(switch, scenario, workers, ports_at_once=False):
     """The testbench's ``measure`` on ``scenario``: its JSON result."""
     with tempfile.TemporaryDirectory() as scratch:
         path, out = Path(scratch) / "scenario.pickle", Path(scratch) / "result.json"
         path.write_bytes(pickle.dumps(scenario))
         run_switch(switch, testcase="measure", quiet=True,
-                   params={"scenario": str(path), "out": str(out), "workers": workers})
+                   params={"scenario": str(path), "out": str(out), "workers": workers,
+                           "ports_at_once": ports_at_once})
         return json.loads(out.read_text())
 
 
@@ -98,7 +105,18 @@ def slot_memory_bits(switch):
             "total": round(bank + header + results)}
 
 
-def measure(width, workers, nbytes):
+def measure_ports(width, workers, nbytes, ports):
+    """The sustained all-reduce with the workers spread over ``ports`` ports (worker w on port w mod P), every
+    port's frames offered at once (the arbiter takes them in its order): aggregate and per-port rates."""
+    switch = NetReduceSwitch(width=width, workers=workers, jobs=1, ports=ports, mtu=MTU,
+                             message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
+    figures = run_measure(switch, scenario(workers, nbytes, width, ports=ports), workers, ports_at_once=True)
+    return {"input_beats_per_clock": figures["input_beats_per_clock"],
+            "output_beats_per_clock": figures["output_beats_per_clock"],
+            "input_refused_clocks": figures["input_refused_clocks"], "per_port": figures["ports"]}
+
+
+def measure(width, workers, nbytes, ports):
     switch = NetReduceSwitch(width=width, workers=workers, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
                              message_slots=MESSAGE_SLOTS)
     result = run_measure(switch, scenario(workers, nbytes, width), workers)
@@ -113,6 +131,7 @@ def measure(width, workers, nbytes):
         figures = run_measure(switch, frames, workers)
         result["forwarded"][kind] = {name: figures[name] for name in (
             "input_beats_per_clock", "input_refused_clocks", "output_beats_per_clock")}
+    result["ports"] = {count: measure_ports(width, workers, nbytes, count) for count in ports}
     return result
 
 
@@ -122,6 +141,8 @@ def main(argv=None):
                         help="widths of the throughput runs (none: only --synth)")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
+    parser.add_argument("--ports", type=int, nargs="*", choices=(1, 2, 3, 4),
+                        help="port counts of the multi-port runs (default 1 2 4 at 64 bits, 1 2 at 512; none: skip)")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     parser.add_argument("--xilinx", action="store_true",
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
@@ -134,7 +155,8 @@ def main(argv=None):
     os.environ.setdefault("NETREDUCE_VERILATOR_CXX_OPT", "-O2")
     report = {"mtu": MTU, "workers": args.workers, "bytes_per_worker": args.bytes}
     for width in args.width:
-        report[f"{width}b"] = measure(width, args.workers, args.bytes)
+        ports = args.ports if args.ports is not None else PORT_COUNTS[width]
+        report[f"{width}b"] = measure(width, args.workers, args.bytes, ports)
         print(f"{width}b: done", file=sys.stderr)
     if args.synth:
         from netreduce.synth import synth_ecp5

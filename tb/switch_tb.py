@@ -258,19 +258,23 @@ class Replay:
             await self.registers.configure(self.scenario["config"], params["workers"], params["forwarding_entries"])
         await FallingEdge(self.dut.clk)
 
-    def queue(self, gates=None):
+    def queue(self, gates=None, *, in_order=True):
         """Queue every frame on its port's player, each waiting for ``gates[i]`` frames out (the recording's
-        ``after`` by default) and, with frames on several ports, for the frame before it to be in."""
+        ``after`` by default) and, with frames on several ports and ``in_order``, for the frame before it to
+        be in."""
         inputs = self.scenario["inputs"]
-        one_by_one = len({port for port, _ in inputs}) > 1
+        one_by_one = in_order and len({port for port, _ in inputs}) > 1
         gates = self.scenario["after"] if gates is None else gates
         for index, ((port, frame), needed) in enumerate(zip(inputs, gates, strict=True)):
             self.bench.queue(port, frame, after_out=needed, after_in=index if one_by_one else 0)
 
-    async def play(self):
-        """Play every frame in and take every expected frame out; the frames out, a list per port."""
+    async def play(self, *, in_order=True):
+        """Play every frame in and take every expected frame out; the frames out, a list per port. Without
+        ``in_order`` the ports' frames go in as fast as the switch takes them from each port (the
+        recording's ``after`` still holds each back until what it answers has come out), in whatever
+        order the switch's arbiter takes them."""
         inputs = self.scenario["inputs"]
-        self.queue()
+        self.queue(in_order=in_order)
         recorders = self.bench.recorders
         cycles = 2000 + 4 * sum(len(f) for _, f in inputs) + 4 * sum(map(len, sum(self.expected, [])))
         expected = self.expected
@@ -448,7 +452,10 @@ async def measure(dut):
     back to back (sent before any frame came out of the switch), the output rate over every frame out;
     ``input_refused_clocks`` counts the clocks in which the switch held a beat of those frames back
     (``..._after``: of the later ones, ACKs queued behind the results). ``simulated_clocks`` and
-    ``wall_seconds`` are of the replay alone."""
+    ``wall_seconds`` are of the replay alone. ``ports`` gives each port's input rate (over its frames among
+    those offered back to back) and output rate. With ``ports_at_once`` the ports' frames go in without
+    waiting for one another (``Replay.play``), so that the switch's arbiter decides their order: each port's
+    frames out must then be the model's in any order."""
     import json
     import time
 
@@ -458,11 +465,17 @@ async def measure(dut):
     replay = Replay(dut, params, scenario)
     await replay.start()
     start, wall = replay.bench.cycle, time.perf_counter()
-    got = await replay.play()
+    in_order = not params.get("ports_at_once")
+    got = await replay.play(in_order=in_order)
     wall, clocks = time.perf_counter() - wall, replay.bench.cycle - start
     for p in range(replay.ports):
-        check_port(got[p], replay.expected[p], params.get("egress_queues", 4))
-    stamps = sorted((s for player in replay.bench.players for s in player.stamps), key=lambda s: s["last"])
+        if in_order:
+            check_port(got[p], replay.expected[p], params.get("egress_queues", 4))
+        else:       # the arbiter's order across ports: each port's frames out the same, in any order
+            assert sorted(got[p]) == sorted(replay.expected[p]), f"port {p}: other frames out than the model's"
+    # each input frame's stamp: its player's stamps are in the order of that port's frames
+    taken = [iter(player.stamps) for player in replay.bench.players]
+    stamps = [next(taken[port]) for port, _ in scenario["inputs"]]
     outs = sorted((f for recorder in replay.bench.recorders for f in recorder.frames), key=lambda f: f.first)
     output_beats = sum(-(-max(len(f.data), 1) // (params["width"] // 8)) for f in outs)
     # latency: from the last beat of each frame that completed a slot to the first beat of its first result
@@ -481,17 +494,30 @@ async def measure(dut):
     frames = [frame for _, frame in scenario["inputs"]]
     offered = next((i for i, needed in enumerate(scenario["after"]) if needed), len(frames))
     offered_beats = sum(-(-len(frame) // (params["width"] // 8)) for frame in frames[:offered])
+    beat_bytes = params["width"] // 8
+    per_port = []
+    for p, (player, recorder) in enumerate(zip(replay.bench.players, replay.bench.recorders, strict=True)):
+        mine = [frame for port, frame in scenario["inputs"][:offered] if port == p]
+        taken = player.stamps[:len(mine)]
+        beats_out = sum(-(-max(len(f.data), 1) // beat_bytes) for f in recorder.frames)
+        per_port.append({
+            "input_beats_per_clock": round(sum(-(-len(f) // beat_bytes) for f in mine)
+                                           / (taken[-1]["last"] - taken[0]["first"] + 1), 4) if mine else None,
+            "output_beats_per_clock": round(beats_out / (recorder.frames[-1].last - recorder.frames[0].first + 1), 4)
+            if recorder.frames else None})
     result = {
         "frames_in": len(frames), "frames_out": len(outs),
         "input_beats": sum(-(-len(frame) // (params["width"] // 8)) for frame in frames),
         "output_beats": output_beats,
         "offered_frames": offered,
-        "input_beats_per_clock": round(offered_beats / (stamps[offered - 1]["last"] - stamps[0]["first"] + 1), 4),
+        "input_beats_per_clock": round(offered_beats / (max(s["last"] for s in stamps[:offered])
+                                                        - min(s["first"] for s in stamps[:offered]) + 1), 4),
         "input_refused_clocks": sum(s["refused"] for s in stamps[:offered]),
         "input_refused_clocks_after": sum(s["refused"] for s in stamps[offered:]),
         "output_beats_per_clock": round(output_beats / (outs[-1].last - outs[0].first + 1), 4),
         "result_latency_clocks": {"min": latencies[0], "median": latencies[len(latencies) // 2],
                                   "max": latencies[-1]} if latencies else None,
+        "ports": per_port,
         "simulated_clocks": clocks, "wall_seconds": round(wall, 2),
         "clocks_per_second": round(clocks / wall),
         "frames_per_second": round((len(frames) + len(outs)) / wall),
