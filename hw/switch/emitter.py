@@ -218,9 +218,11 @@ class Emitter(wiring.Component):
         for c in range(C):
             m.d.sync += checksums[c].eq(control_checksum(m, sw.ip, req_ip[c]))
         conn = d.job * N + worker
-        frame = control_frame(B, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw.mac, src_ip=sw.ip,
+        built = control_frame(B, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw.mac, src_ip=sw.ip,
                               checksum=checksums[conn], port=sw.control_port, job=job_id[d.job], worker=worker,
                               value=d.value)
+        frame = Signal(len(built), name="control_frame")     # built once: each of its words reads it
+        m.d.comb += frame.eq(built)
         control_words = Array(frame[i * W:(i + 1) * W] for i in range(control_beats))
 
         # the word issued a clock ago, with what the descriptor said of it

@@ -318,7 +318,12 @@ class NetReduceSwitch(wiring.Component):
             """``elements[index].eq(value)`` at a run-time ``index``, as one ``If`` per element: Amaranth
             lowers an ``Array`` written at a run-time index to a switch over every index in the process of
             each element, a text quadratic in the array's length (most of the switch's Verilog, and of the
-            C++ that Verilator makes of it)."""
+            C++ that Verilator makes of it). A computed ``value`` is a signal of its own, so that it is built
+            once, not once per element."""
+            if isinstance(value, Value):
+                shared = Signal(value.shape(), name="written")
+                m.d.comb += shared.eq(value)
+                value = shared
             for i, element in enumerate(elements):
                 with m.If(index == i):
                     m.d[domain] += element.eq(value)
@@ -483,9 +488,11 @@ class NetReduceSwitch(wiring.Component):
             oldest = job_oldest[job]
             message = job * K + oldest[:k_bits]
             held = msg_busy[message] & (msg_seq[message] == oldest)
-            lasts = [wk_last[message * N + w] for w in range(N)]
-            return (message, held, Cat(*[Const(w) >= job_n[job] for w in range(N)]),
-                    Cat(*[wk_closed[message * N + w] for w in range(N)]),
+            # the message's parts, read as one row per message (one read, not one per worker)
+            last_row = Array(Cat(*[wk_last[i * N + w] for w in range(N)]) for i in range(J * K))[message]
+            lasts = [last_row[w * PSN_BITS:(w + 1) * PSN_BITS] for w in range(N)]
+            closed = Array(Cat(*[wk_closed[i * N + w] for w in range(N)]) for i in range(J * K))[message]
+            return (message, held, Cat(*[Const(w) >= job_n[job] for w in range(N)]), closed,
                     Cat(*[_not_behind(delivered[job * N + w], lasts[w]) for w in range(N)]), Cat(*lasts))
 
         # LOOKUP reads the connection's state, then the message's and packet slot's that it points to. Where
@@ -1068,6 +1075,16 @@ class NetReduceSwitch(wiring.Component):
                     with m.Else():
                         m.next = "LOOKUP_READ" if read_first else "LOOKUP"
 
+            # each worker's own PSN of the packet slot that a contribution fills (its connection's ``sent``
+            # then), built once for the states that commit
+            own_psn = [[Signal(PSN_BITS, name=f"own_psn_{jj}_{v}") for v in range(N)] for jj in range(J)]
+            first_rows = Array(Cat(*[wk_first[i * N + v] for v in range(N)]) for i in range(J * K))
+            for jj in range(J):
+                firsts = first_rows[jj * K + plan.k]
+                for v in range(N):
+                    m.d.comb += own_psn[jj][v].eq(Mux(plan.worker == v, psn,
+                                                      firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index))
+
             def commit(ring_written):
                 """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
                 count("frames_in")
@@ -1128,8 +1145,7 @@ class NetReduceSwitch(wiring.Component):
                         for jj in range(J):
                             with m.If(j == jj):
                                 for v in range(N):
-                                    own_psn = Mux(w == v, psn, wk_first[(jj * K + k) * N + v] + plan.index)
-                                    m.d.sync += sent[jj * N + v].eq(own_psn)
+                                    m.d.sync += sent[jj * N + v].eq(own_psn[jj][v])
                         write_at(pk_ready, slot, 1)
                         count("results_sent", job_n[j])
                         m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
