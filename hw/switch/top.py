@@ -1277,9 +1277,9 @@ class NetReduceSwitch(wiring.Component):
                 with m.If(room):
                     write_at(msg_complete, complete_message, 1)
                     count("deadline_completions", complete_deadline)
-                    write_at([regs.increments[name] for name in HISTOGRAM_COUNTERS],
-                          Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
-                              complete_count), 1, domain="comb")
+                    histogram_bin = Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
+                                        complete_count)
+                    write_at([regs.increments[name] for name in HISTOGRAM_COUNTERS], histogram_bin, 1, domain="comb")
                     with m.If(complete_bitmap != 0):
                         count("results_sent", job_n[complete_job])
                         m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
