@@ -473,11 +473,16 @@ async def measure(dut):
             check_port(got[p], replay.expected[p], params.get("egress_queues", 4))
         else:       # the arbiter's order across ports: each port's frames out the same, in any order
             assert sorted(got[p]) == sorted(replay.expected[p]), f"port {p}: other frames out than the model's"
+    beat_bytes = params["width"] // 8
+
+    def beats(frame):
+        return -(-max(len(frame), 1) // beat_bytes)
+
     # each input frame's stamp: its player's stamps are in the order of that port's frames
-    taken = [iter(player.stamps) for player in replay.bench.players]
-    stamps = [next(taken[port]) for port, _ in scenario["inputs"]]
+    port_stamps = [iter(player.stamps) for player in replay.bench.players]
+    stamps = [next(port_stamps[port]) for port, _ in scenario["inputs"]]
     outs = sorted((f for recorder in replay.bench.recorders for f in recorder.frames), key=lambda f: f.first)
-    output_beats = sum(-(-max(len(f.data), 1) // (params["width"] // 8)) for f in outs)
+    output_beats = sum(beats(f.data) for f in outs)
     # latency: from the last beat of each frame that completed a slot to the first beat of its first result
     # (frames are found by their bytes: the egress stage may reorder frames of different queues)
     by_bytes = collections.defaultdict(collections.deque)
@@ -493,21 +498,20 @@ async def measure(dut):
     latencies.sort()
     frames = [frame for _, frame in scenario["inputs"]]
     offered = next((i for i, needed in enumerate(scenario["after"]) if needed), len(frames))
-    offered_beats = sum(-(-len(frame) // (params["width"] // 8)) for frame in frames[:offered])
-    beat_bytes = params["width"] // 8
+    offered_beats = sum(beats(frame) for frame in frames[:offered])
     per_port = []
     for p, (player, recorder) in enumerate(zip(replay.bench.players, replay.bench.recorders, strict=True)):
         mine = [frame for port, frame in scenario["inputs"][:offered] if port == p]
         taken = player.stamps[:len(mine)]
-        beats_out = sum(-(-max(len(f.data), 1) // beat_bytes) for f in recorder.frames)
+        beats_out = sum(beats(f.data) for f in recorder.frames)
         per_port.append({
-            "input_beats_per_clock": round(sum(-(-len(f) // beat_bytes) for f in mine)
+            "input_beats_per_clock": round(sum(beats(f) for f in mine)
                                            / (taken[-1]["last"] - taken[0]["first"] + 1), 4) if mine else None,
             "output_beats_per_clock": round(beats_out / (recorder.frames[-1].last - recorder.frames[0].first + 1), 4)
             if recorder.frames else None})
     result = {
         "frames_in": len(frames), "frames_out": len(outs),
-        "input_beats": sum(-(-len(frame) // (params["width"] // 8)) for frame in frames),
+        "input_beats": sum(beats(frame) for frame in frames),
         "output_beats": output_beats,
         "offered_frames": offered,
         "input_beats_per_clock": round(offered_beats / (max(s["last"] for s in stamps[:offered])

@@ -71,9 +71,10 @@ def _tool_environment():
     from ..synth import native_yosys
     env = dict(os.environ)
     bin_dir = Path(sys.executable).parent
+    native = native_yosys()
     for variable, command in TOOLS.items():
-        if variable == "YOSYS" and native_yosys():
-            env[variable] = native_yosys()
+        if variable == "YOSYS" and native:
+            env[variable] = native
             continue
         path = shutil.which(command) or (bin_dir / command if (bin_dir / command).exists() else None)
         if path is None:
