@@ -27,6 +27,7 @@ from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
+from ..boards import BOARDS, Board
 from .ethernet import EthernetPort
 from .rgmii import Rgmii
 from .stream import axis_to_frames, frames_to_axis
@@ -37,26 +38,6 @@ __all__ = ["Board", "BOARDS", "SwitchOnBoard", "SwitchOnGmii", "SwitchOnRgmii", 
 
 TX_HZ = 125_000_000
 WIDTH = 64
-
-
-@dataclass(frozen=True)
-class Board:
-    platform: str           # the amaranth-boards platform class, "module:Class"
-    ports: int              # RGMII ports (eth_rgmii 0 .. ports - 1)
-    clock: str              # the oscillator's resource
-    clock_hz: int
-
-    def platform_class(self):
-        import importlib
-        module, name = self.platform.split(":")
-        return getattr(importlib.import_module(module), name)
-
-
-BOARDS = {
-    "versa-ecp5": Board("amaranth_boards.versa_ecp5:VersaECP5Platform", 2, "clk100", 100_000_000),
-    "butterstick": Board("amaranth_boards.butterstick:ButterStickPlatform", 1, "clk30", 30_000_000),
-    "ecpix5-85": Board("amaranth_boards.ecpix5:ECPIX585Platform", 1, "clk100", 100_000_000),
-}
 
 
 @dataclass(frozen=True)

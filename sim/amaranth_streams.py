@@ -5,10 +5,48 @@ inserts an idle cycle before a beat, ``backpressure`` the probability that a sin
 """
 
 import random
+from collections import OrderedDict
 
 from amaranth.sim import Simulator
 
-__all__ = ["beats_of", "send_frames", "send_records", "collect_frames", "collect_records", "run"]
+__all__ = ["beats_of", "send_frames", "send_records", "collect_frames", "collect_records", "run",
+           "shared_simulator"]
+
+# Simulators kept for reuse in this process (``shared_simulator``), least recently used first.
+_SHARED = OrderedDict()
+SHARED_SIMULATORS = 12
+
+
+def shared_simulator(key, build, top=None):
+    """``(dut, simulator)`` for the design ``key`` names, with a 100 MHz clock on ``sync``.
+
+    Compiling a design for ``amaranth.sim`` costs a test more than running it (a parser, half a second;
+    an adder tree, seconds), and many tests simulate the same design. The first call in this process
+    builds ``dut = build()`` and a simulator of ``top(dut)`` (``dut`` itself by default); later calls with
+    the same ``key`` hand out the same pair, the simulator reset to what a new one would be: every signal
+    and memory at its initial value, time at 0, and none of the earlier runs' testbenches (they are
+    dropped; a trigger they still wait on breaks when it fires, which ends it). ``key`` must name
+    everything ``build`` and ``top`` depend on. Add testbenches only (``add_process`` is not undone).
+    """
+    entry = _SHARED.pop(key, None)
+    if entry is None:
+        dut = build()
+        sim = Simulator(dut if top is None else top(dut))
+        sim.add_clock(1e-8)
+        entry = (dut, sim)
+    else:
+        sim = entry[1]
+        engine = sim._engine                    # Amaranth 0.5's PySimEngine (tested: test_amaranth_streams.py)
+        for testbench in engine._testbenches:   # the earlier runs' testbenches: ended, and taken away
+            if testbench.coroutine is not None:
+                testbench.coroutine.close()
+            testbench.waits_on = None           # a trigger still waited on breaks when it fires
+        engine._testbenches.clear()
+        sim.reset()                             # every signal and memory to its initial value, time to 0
+    _SHARED[key] = entry
+    while len(_SHARED) > SHARED_SIMULATORS:
+        _SHARED.popitem(last=False)
+    return entry
 
 
 def beats_of(frame, nbytes):
@@ -33,12 +71,10 @@ def send_frames(stream, frames, nbytes, *, idle=0.0, seed=0, verdicts=None):
         rng = random.Random(seed)
         for index, frame in enumerate(frames):
             for data, keep, first, last in beats_of(frame, nbytes):
-                ctx.set(stream.payload.data, data)
-                ctx.set(stream.payload.keep, keep)
-                ctx.set(stream.payload.first, first)
-                ctx.set(stream.payload.last, last)
+                beat = {"data": data, "keep": keep, "first": first, "last": last}
                 if verdicts is not None:
-                    ctx.set(stream.payload.verdict, verdicts[index] if last else {})
+                    beat["verdict"] = verdicts[index] if last else {}
+                ctx.set(stream.payload, beat)       # one set, one settle of the design
                 await _offer(ctx, stream, rng, idle)
         ctx.set(stream.valid, 0)
     return process
@@ -95,11 +131,13 @@ def collect_records(stream, out, *, backpressure=0.0, seed=2):
     return process
 
 
-def run(dut, testbenches, backgrounds, *, until_idle, max_cycles=50_000):
+def run(dut, testbenches, backgrounds, *, until_idle, max_cycles=50_000, sim=None):
     """Run the (concurrent) testbenches and background processes until ``until_idle()`` is true; fail
-    if that takes more than ``max_cycles``."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
+    if that takes more than ``max_cycles``. ``sim``: a simulator of ``dut`` with its clock (from
+    ``shared_simulator``) instead of a new one."""
+    if sim is None:
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
     for bench in testbenches:
         sim.add_testbench(bench)
     for bench in backgrounds:

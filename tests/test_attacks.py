@@ -210,10 +210,13 @@ def test_any_start_msg_gives_the_exact_sum_under_attack(start_msg, slots, worker
 
 
 FAULTS = FaultSpec(loss=0.05, duplicate=0.05, reorder=0.05, corrupt=0.05)
+DIAGONAL = {(2, "fp32"), (3, "bf16"), (8, "fp16")}
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("workers", [2, 3, 8])
+# the fast tier takes the diagonal (each N and each format once); the full suite the whole matrix
+@pytest.mark.parametrize("workers, dtype", [
+    pytest.param(workers, dtype, marks=() if (workers, dtype) in DIAGONAL else pytest.mark.slow)
+    for workers in (2, 3, 8) for dtype in ("fp32", "bf16", "fp16")])
 def test_fault_matrix_under_attack(workers, dtype):
     """5% loss, duplication, reordering and corruption on both sides of the switch, an attacker forging
     ACKs, contributions, retransmissions and credits throughout, message numbers crossing 2^32: every run

@@ -30,6 +30,16 @@ def test_help_lists_subcommands():
         assert name in out
 
 
+def test_the_command_line_loads_no_hardware_library_to_parse_its_arguments():
+    """Building the parser (every subcommand's options) loads neither Amaranth nor numpy nor scapy: each
+    command loads what it needs when it runs, so that ``--help`` and a user error answer at once."""
+    probe = ("import sys; from netreduce.cli import build_parser; build_parser(); "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'amaranth', 'numpy', 'scapy', 'cocotb'}))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("name", SUBCOMMANDS)
 def test_subcommand_help(name):
     assert "usage:" in netreduce(name, "--help").stdout

@@ -39,6 +39,7 @@ from netreduce.egress import (
     lossy_dscp,
 )
 from netreduce.hw.egress import ClassJoin, EgressQueues
+from netreduce.sim.amaranth_streams import shared_simulator
 from netreduce.sim.egress_model import EgressModel, InBeat
 
 # --- traffic -----------------------------------------------------------------------------------------
@@ -115,7 +116,8 @@ class Run:
 
     def __init__(self, width=64, *, config=None, **params):
         self.width, self.params = width, params
-        self.dut = EgressQueues(width, **params)
+        self.dut, self.sim = shared_simulator(("EgressQueues", width, tuple(sorted(params.items()))),
+                                              lambda: EgressQueues(width, **params))
         self.config = dict(config or {})
         model_params = {k: v for k, v in params.items() if k != "weighted"}
         self.model = EgressModel(width, **model_params, **self.config)
@@ -192,10 +194,8 @@ class Run:
             self.counters["high_water"] = [ctx.get(dut.high_water[q]) for q in range(dut.queues)]
             self.counters["occupancy"] = ctx.get(dut.occupancy)
 
-        sim = Simulator(dut)
-        sim.add_clock(1e-8)
-        sim.add_testbench(bench)
-        sim.run()
+        self.sim.add_testbench(bench)
+        self.sim.run()
         self._check()
         return self
 

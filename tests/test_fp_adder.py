@@ -8,18 +8,31 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netreduce.hw.fp import MAX_ADDER_STAGES, FPAdder
 from netreduce.sim import fp
+from netreduce.sim.amaranth_streams import shared_simulator
 
 FORMATS = ["fp32", "bf16", "fp16"]
 
 
-def run_adder(dut, a, b, *, idle=0.0, backpressure=0.0, seed=0):
-    """Push the pairs through ``dut`` with optional idle cycles and output backpressure; returns the
-    results and the user sideband values in output order."""
-    rng = np.random.default_rng(seed)
+def with_clock(dut):
+    """``dut`` in a module with a clock domain even when the adder has no register."""
     m = Module()
     m.submodules.dut = dut
     tick = Signal()
-    m.d.sync += tick.eq(~tick)                    # a clock domain even when the adder has no register
+    m.d.sync += tick.eq(~tick)
+    return m
+
+
+def shared_adder(fmt, **params):
+    """An ``FPAdder(fmt, **params)`` and its simulator, shared by the tests of this process."""
+    return shared_simulator(("FPAdder", str(fmt), tuple(sorted(params.items()))),
+                            lambda: FPAdder(fmt, **params), top=with_clock)
+
+
+def run_adder(adder, a, b, *, idle=0.0, backpressure=0.0, seed=0):
+    """Push the pairs through ``adder`` (``(dut, simulator)`` from ``shared_adder``) with optional idle
+    cycles and output backpressure; returns the results and the user sideband values in output order."""
+    dut, sim = adder
+    rng = np.random.default_rng(seed)
     n = len(a)
     umask = (1 << dut.user_width) - 1
     results, users = [], []
@@ -31,22 +44,19 @@ def run_adder(dut, a, b, *, idle=0.0, backpressure=0.0, seed=0):
             cycles += 1
             assert cycles < 10 * n + 100, "the adder stopped producing results"
             offer = sent < n and rng.random() >= idle
+            if offer:       # one set of the whole payload: every ctx.set settles the design
+                ctx.set(dut.i.payload, {"a": int(a[sent]), "b": int(b[sent]), "user": sent & umask})
             ctx.set(dut.i.valid, int(offer))
-            if offer:
-                ctx.set(dut.i.payload.a, int(a[sent]))
-                ctx.set(dut.i.payload.b, int(b[sent]))
-                ctx.set(dut.i.payload.user, sent & umask)
             ready = int(rng.random() >= backpressure)
             ctx.set(dut.o.ready, ready)
             accepted = offer and ctx.get(dut.i.ready)
             if ctx.get(dut.o.valid) and ready:
-                results.append(ctx.get(dut.o.payload.result))
-                users.append(ctx.get(dut.o.payload.user))
+                payload = ctx.get(dut.o.payload)
+                results.append(int(payload.result))
+                users.append(int(payload.user))
             await ctx.tick()
             sent += int(bool(accepted))
 
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
     sim.add_testbench(testbench)
     sim.run()
     return np.array(results, dtype=np.int64), users
@@ -54,8 +64,7 @@ def run_adder(dut, a, b, *, idle=0.0, backpressure=0.0, seed=0):
 
 def check(fmt, ftz, a, b, stages=3, **kwargs):
     f = fp.get_format(fmt)
-    dut = FPAdder(f, stages=stages, ftz=ftz, user_width=8)
-    got, users = run_adder(dut, a, b, **kwargs)
+    got, users = run_adder(shared_adder(f.name, stages=stages, ftz=ftz, user_width=8), a, b, **kwargs)
     ref = fp.add(f, a, b, ftz).astype(np.int64)
     bad = np.nonzero(got != ref)[0]
     assert len(bad) == 0, "\n".join(
@@ -119,8 +128,7 @@ def test_one_result_per_clock():
 
 def test_no_backpressure_build():
     a, b = fp.random_pairs("fp16", 200, seed=3)
-    dut = FPAdder("fp16", stages=2, backpressure=False)
-    got, _ = run_adder(dut, a, b)
+    got, _ = run_adder(shared_adder("fp16", stages=2, backpressure=False), a, b)
     assert np.array_equal(got, fp.add("fp16", a, b).astype(np.int64))
 
 

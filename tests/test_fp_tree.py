@@ -42,21 +42,22 @@ def run_tree(dut, c, mask, *, idle=0.0, backpressure=0.0, seed=0):
             cycles += 1
             assert cycles < 10 * beats + 100
             offer = sent < beats and rng.random() >= idle
+            if offer:       # one set of the whole payload: every ctx.set settles the design
+                ctx.set(dut.i.payload, {
+                    "data": [sum(int(c[sent, k, lane]) << (lane * ew) for lane in range(dut.lanes))
+                             for k in range(dut.n_inputs)],
+                    "mask": sum(int(b) << k for k, b in enumerate(mask[sent])),
+                    "user": sent & umask})
             ctx.set(dut.i.valid, int(offer))
-            if offer:
-                for k in range(dut.n_inputs):
-                    ctx.set(dut.i.payload.data[k],
-                            sum(int(c[sent, k, lane]) << (lane * ew) for lane in range(dut.lanes)))
-                ctx.set(dut.i.payload.mask, sum(int(b) << k for k, b in enumerate(mask[sent])))
-                ctx.set(dut.i.payload.user, sent & umask)
             ready = int(rng.random() >= backpressure)
             ctx.set(dut.o.ready, ready)
             accepted = offer and ctx.get(dut.i.ready)
             if ctx.get(dut.o.valid) and ready:
-                value = ctx.get(dut.o.payload.data)
+                payload = ctx.get(dut.o.payload)
+                value = int(payload.data)
                 out.append([(value >> (lane * ew)) & ((1 << ew) - 1) for lane in range(dut.lanes)])
-                users.append(ctx.get(dut.o.payload.user))
-                present.append(ctx.get(dut.o.payload.present))
+                users.append(int(payload.user))
+                present.append(int(payload.present))
             await ctx.tick()
             sent += int(bool(accepted))
 
@@ -84,8 +85,13 @@ def check_tree(fmt, ftz, n_inputs, *, width=None, beats=60, seed=0, **kwargs):
     assert present == [int(mask[t].any()) for t in range(beats)]
 
 
-@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("ftz", [False, True], ids=["subnormals", "ftz"])
+# The fast tier takes every n once (binary32 with subnormals); each format's adder, with and without
+# FTZ, is tested on its own there (test_fp_adder.py) and in the trees below. The full suite takes every n
+# in every format, FTZ on and off.
+@pytest.mark.parametrize("fmt, ftz", [
+    pytest.param(fmt, ftz, id=f"{'ftz' if ftz else 'subnormals'}-{fmt}",
+                 marks=() if (fmt, ftz) == ("fp32", False) else pytest.mark.slow)
+    for fmt in ("fp32", "bf16", "fp16") for ftz in (False, True)])
 def test_tree_every_n(fmt, ftz):
     for n in range(1, 9):
         check_tree(fmt, ftz, n, beats=30, seed=n)

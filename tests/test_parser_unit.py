@@ -16,7 +16,14 @@ from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.parser import RoceParser
 from netreduce.hw.stream import ParsedHeader, Verdict
 from netreduce.sim import roce_model
-from netreduce.sim.amaranth_streams import collect_frames, collect_records, run, send_frames, send_records
+from netreduce.sim.amaranth_streams import (
+    collect_frames,
+    collect_records,
+    run,
+    send_frames,
+    send_records,
+    shared_simulator,
+)
 from netreduce.wire import PARSED_HEADER_FIELDS, PAYLOAD_VERDICT_FIELDS
 
 from references import capture_files
@@ -31,13 +38,13 @@ def verdict_dict(record):
 
 
 def simulate_parser(frames, width, *, idle=0.0, backpressure=0.0, seed=0):
-    dut = RoceParser(width)
+    dut, sim = shared_simulator(("RoceParser", width), lambda: RoceParser(width))
     headers, payloads = [], []
     run(dut,
         [send_frames(dut.i, frames, width // 8, idle=idle, seed=seed)],
         [collect_records(dut.hdr, headers, backpressure=backpressure, seed=seed + 1),
          collect_frames(dut.o, width // 8, payloads, backpressure=backpressure, seed=seed + 2)],
-        until_idle=lambda: len(payloads) == len(frames) and len(headers) == len(frames))
+        until_idle=lambda: len(payloads) == len(frames) and len(headers) == len(frames), sim=sim)
     return [header_dict(h) for h in headers], [(p, verdict_dict(beat.verdict)) for p, beat in payloads]
 
 
@@ -54,7 +61,7 @@ def check_parser(frames, width, **knobs):
 
 
 def simulate_deparser(records, payloads, verdicts, width, *, idle=0.0, backpressure=0.0, seed=0):
-    dut = RoceDeparser(width)
+    dut, sim = shared_simulator(("RoceDeparser", width), lambda: RoceDeparser(width))
     frames = []
     constants = [ParsedHeader.const(record) for record in records]
     verdict_constants = [Verdict.const(v) for v in verdicts]
@@ -62,7 +69,7 @@ def simulate_deparser(records, payloads, verdicts, width, *, idle=0.0, backpress
         [send_records(dut.hdr, constants, idle=idle, seed=seed),
          send_frames(dut.i, payloads, width // 8, idle=idle, seed=seed + 1, verdicts=verdict_constants)],
         [collect_frames(dut.o, width // 8, frames, backpressure=backpressure, seed=seed + 2)],
-        until_idle=lambda: len(frames) == len(records))
+        until_idle=lambda: len(frames) == len(records), sim=sim)
     return [frame for frame, _ in frames]
 
 

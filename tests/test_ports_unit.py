@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from netreduce.hw.egress import EgressBeat
 from netreduce.hw.ports import FRAME_PORTS_DEPTH, FrameArbiter, FrameRouter
+from netreduce.sim.amaranth_streams import shared_simulator
 
 WIDTH = 64
 
@@ -30,9 +31,15 @@ def budget(*frame_lists, wait=0):
     return wait + 1000 + 8 * sum(len(frame) for frames in frame_lists for frame in frames)
 
 
-def run(dut, testbenches, clocks):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
+def arbiter(ports):
+    """A ``FrameArbiter(WIDTH, ports)`` and its simulator, shared by the tests of this process."""
+    return shared_simulator(("FrameArbiter", WIDTH, ports), lambda: FrameArbiter(WIDTH, ports))
+
+
+def run(dut, testbenches, clocks, sim=None):
+    if sim is None:
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
     for testbench in testbenches:
         sim.add_testbench(testbench)
     sim.run_until(clocks * 1e-8)
@@ -89,12 +96,12 @@ def drain_frame_ports(dut):
 @pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.0), (0.2, 0.4)])
 def test_arbiter_whole_frames_in_order(ports, idle, backpressure):
     rng = random.Random(ports * 100 + int(10 * idle))
-    dut = FrameArbiter(WIDTH, ports)
+    dut, sim = arbiter(ports)
     offered = [random_frames(rng, 30, p) for p in range(ports)]
     taken = []
     run(dut, [source(dut.i[p], offered[p], random.Random(rng.random()), idle) for p in range(ports)]
         + [sink(dut.o, random.Random(rng.random()), backpressure, taken, dut.port), drain_frame_ports(dut)],
-        budget(*offered))
+        budget(*offered), sim)
     frames = frames_of(taken)
     assert sorted(map(tuple, frames)) == sorted(tuple(f) for port in offered for f in port)
     for p in range(ports):
@@ -108,7 +115,7 @@ def test_arbiter_notes_each_frames_port_in_order(ports):
     """``frame_port`` gives one entry per frame, its port, in the order of the frames on ``o``; read
     slowly (as headers come), it holds them, and a frame waits to start while it is full."""
     rng = random.Random(11 + ports)
-    dut = FrameArbiter(WIDTH, ports)
+    dut, sim = arbiter(ports)
     offered = [random_frames(rng, 3 * FRAME_PORTS_DEPTH, p) for p in range(ports)]
     taken, noted = [], []
 
@@ -124,7 +131,7 @@ def test_arbiter_notes_each_frames_port_in_order(ports):
 
     run(dut, [source(dut.i[p], offered[p], random.Random(rng.random()), 0.1) for p in range(ports)]
         + [sink(dut.o, random.Random(rng.random()), 0.1, taken), read_ports],
-        budget(*offered, wait=40 * FRAME_PORTS_DEPTH))
+        budget(*offered, wait=40 * FRAME_PORTS_DEPTH), sim)
     frames = frames_of(taken)
     assert len(frames) == ports * 3 * FRAME_PORTS_DEPTH
     if ports > 1:
@@ -136,7 +143,7 @@ def test_arbiter_notes_each_frames_port_in_order(ports):
 def test_arbiter_round_robin_and_line_rate():
     """All ports always valid: frames alternate between the ports, one beat per clock."""
     rng = random.Random(7)
-    dut = FrameArbiter(WIDTH, 3)
+    dut, sim = arbiter(3)
     offered = [random_frames(rng, 20, p) for p in range(3)]
     taken, clocks = [], []
 
@@ -148,7 +155,7 @@ def test_arbiter_round_robin_and_line_rate():
                 clocks.append(cycle)
 
     run(dut, [source(dut.i[p], offered[p], rng, 0.0) for p in range(3)]
-        + [sink(dut.o, rng, 0.0, taken), count, drain_frame_ports(dut)], clocks=2000)
+        + [sink(dut.o, rng, 0.0, taken), count, drain_frame_ports(dut)], clocks=2000, sim=sim)
     frames = frames_of(taken)
     assert [f[0] >> 56 for f in frames] == [n % 3 for n in range(60)]
     assert clocks[-1] - clocks[0] + 1 == len(clocks)                          # no bubble

@@ -34,7 +34,7 @@ STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (next
 
 
 def register(subparsers):
-    from ..hw.boards import BOARDS
+    from ..boards import BOARDS
     parser = subparsers.add_parser("build", help="build a bitstream of the switch for an ECP5 board",
                                    description=__doc__)
     parser.add_argument("--board", required=True, choices=sorted(BOARDS) + sorted(CARDS),
