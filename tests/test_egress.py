@@ -116,8 +116,8 @@ class Run:
 
     def __init__(self, width=64, *, config=None, **params):
         self.width, self.params = width, params
-        self.dut, self.sim = shared_simulator(("EgressQueues", width, tuple(sorted(params.items()))),
-                                              lambda: EgressQueues(width, **params))
+        self._design = (("EgressQueues", width, tuple(sorted(params.items()))), lambda: EgressQueues(width, **params))
+        self.dut, _ = shared_simulator(*self._design)
         self.config = dict(config or {})
         model_params = {k: v for k, v in params.items() if k != "weighted"}
         self.model = EgressModel(width, **model_params, **self.config)
@@ -194,8 +194,9 @@ class Run:
             self.counters["high_water"] = [ctx.get(dut.high_water[q]) for q in range(dut.queues)]
             self.counters["occupancy"] = ctx.get(dut.occupancy)
 
-        self.sim.add_testbench(bench)
-        self.sim.run()
+        _, sim = shared_simulator(*self._design)       # reset here: another Run may have used it since
+        sim.add_testbench(bench)
+        sim.run()
         self._check()
         return self
 
