@@ -21,6 +21,10 @@
 - Forwarded frames: back-to-back frames that the switch only forwards (not RoCE, 60 and 128 bytes; RoCE
   of no registered connection, 60 bytes), input and output beats per clock and refused clocks for each
   kind (goal 1.0: a frame of no connection takes no clock of its own in the monitor).
+- Smallest frames on every port (``ports_smallest``): for each P of ``ports`` above 1, every port offers
+  back-to-back 60-byte frames that the switch only forwards (not RoCE: 8 beats at 64 bits, 1 at 512),
+  port p's to a host on port p + 1 (mod P), all ports at once: input and output beats per clock in
+  aggregate and per port.
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
@@ -85,6 +89,23 @@ def forwarded_scenarios(workers, width):
     return {kind: record_frames(config, [frame] * FORWARDED_FRAMES) for kind, frame in kinds.items()}
 
 
+def smallest_frames_on_every_port(workers, width, ports):
+    """Back-to-back 60-byte frames of no connection into every one of ``ports`` ports at once, port p's
+    to a host on port p + 1 (mod P): a recording for ``run_measure(..., ports_at_once=True)``."""
+    network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                                    message_slots=MESSAGE_SLOTS, width=width, ports=ports)
+    on_port = {host.port: host.address for host in reversed(network.hosts)}    # the first host of each port
+    frames, into = [], []
+    for _ in range(FORWARDED_FRAMES):
+        for p in range(ports):
+            to = on_port[(p + 1) % ports]
+            frames.append(build_roce_frame(0x04, bytes(2), pad=0, dport=9, eth_dst=to.mac, src_ip="10.1.0.1",
+                                           dst_ip=to.ip, dest_qp=0x77))
+            into.append(p)
+    assert all(len(frame) == 60 for frame in frames)
+    return record_frames(network.switch_config, frames, ports=into)
+
+
 def run_measure(switch, scenario, workers, ports_at_once=False):
     """The testbench's ``measure`` on ``scenario``: its JSON result."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -139,7 +160,16 @@ def measure(width, workers, nbytes, ports):
     # (one port: the run above, the same build and scenario)
     result["ports"] = {count: port_figures(result) if count == 1 else measure_ports(width, workers, nbytes, count)
                        for count in ports}
+    result["ports_smallest"] = {count: measure_smallest(width, workers, count) for count in ports if count > 1}
     return result
+
+
+def measure_smallest(width, workers, ports):
+    """``smallest_frames_on_every_port`` through the ``ports``-port switch: aggregate and per-port rates."""
+    switch = NetReduceSwitch(width=width, workers=workers, jobs=1, ports=ports, mtu=MTU,
+                             message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
+    return port_figures(run_measure(switch, smallest_frames_on_every_port(workers, width, ports), workers,
+                                    ports_at_once=True))
 
 
 def main(argv=None):

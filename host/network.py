@@ -179,12 +179,12 @@ class ModelEngine:
                 "results": self.results, "after": self.after, "counters": dict(self.counters)}
 
 
-def record_frames(config, frames, port=0):
-    """:meth:`ModelEngine.recording` for hand-made ``frames``, all into ``port``, none waiting on an earlier
-    frame's answer, each taken by the golden model as it comes."""
+def record_frames(config, frames, port=0, ports=None):
+    """:meth:`ModelEngine.recording` for hand-made ``frames``, all into ``port`` (or frame i into
+    ``ports[i]``), none waiting on an earlier frame's answer, each taken by the golden model as it comes."""
     engine = ModelEngine(config, record=True)
-    for frame in frames:
-        engine.inject(port, frame, 0)
+    for index, frame in enumerate(frames):
+        engine.inject(port if ports is None else ports[index], frame, 0)
     return {"status": "done", **engine.recording()}
 
 

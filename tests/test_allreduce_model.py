@@ -132,3 +132,16 @@ def test_dead_link_ends_in_a_reported_failure_not_a_hang():
                                         timeout_ns=10_000, time_limit_ns=10**9)
     assert status == "failed"
     assert any("retry" in error.lower() for error in network.summary()["errors"])
+
+
+def test_recorded_frames_go_into_the_ports_named():
+    """``record_frames(..., ports=)``: frame i goes into port ``ports[i]``, and a frame of no connection
+    leaves by its destination host's port."""
+    from netreduce.host.network import record_frames
+    network, _, _ = build_allreduce(workers=4, nbytes=64, ports=2)
+    hosts = {host.port: host.address for host in network.hosts}
+    frames = [build_roce_frame(0x04, bytes(2), dport=9, eth_dst=hosts[1 - p].mac, dst_ip=hosts[1 - p].ip)
+              for p in (0, 1, 1)]
+    recording = record_frames(network.switch_config, frames, ports=[0, 1, 1])
+    assert [port for port, *_ in recording["inputs"]] == [0, 1, 1]
+    assert [[port for port, _ in answers] for answers in recording["outputs"]] == [[1], [0], [0]]
