@@ -24,9 +24,10 @@ def shared_simulator(key, build, top=None):
     an adder tree, seconds), and many tests simulate the same design. The first call in this process
     builds ``dut = build()`` and a simulator of ``top(dut)`` (``dut`` itself by default); later calls with
     the same ``key`` hand out the same pair, the simulator reset to what a new one would be: every signal
-    and memory at its initial value, time at 0, and none of the earlier runs' testbenches (they are
-    dropped; a trigger they still wait on breaks when it fires, which ends it). ``key`` must name
-    everything ``build`` and ``top`` depend on. Add testbenches only (``add_process`` is not undone).
+    and memory at its initial value, time at 0, and none of the earlier runs' testbenches (each is ended
+    and taken away; a trigger one still waited on breaks when it fires). ``key`` must name everything
+    ``build`` and ``top`` depend on. Add testbenches only (``add_process`` is not undone). Reaches into
+    Amaranth 0.5's simulator engine: ``tests/test_amaranth_streams.py`` checks each of these points.
     """
     entry = _SHARED.pop(key, None)
     if entry is None:
