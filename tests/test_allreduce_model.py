@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from netreduce.host.faults import FaultSpec
-from netreduce.host.network import build_allreduce, expected_sum
+from netreduce.host.network import build_allreduce, expected_sum, record_frames
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
 
@@ -137,7 +137,6 @@ def test_dead_link_ends_in_a_reported_failure_not_a_hang():
 def test_recorded_frames_go_into_the_ports_named():
     """``record_frames(..., ports=)``: frame i goes into port ``ports[i]``, and a frame of no connection
     leaves by its destination host's port."""
-    from netreduce.host.network import record_frames
     network, _, _ = build_allreduce(workers=4, nbytes=64, ports=2)
     hosts = {host.port: host.address for host in network.hosts}
     frames = [build_roce_frame(0x04, bytes(2), dport=9, eth_dst=hosts[1 - p].mac, dst_ip=hosts[1 - p].ip)
