@@ -81,12 +81,16 @@ def forwarded_scenarios(workers, width):
                                     message_slots=MESSAGE_SLOTS, width=width)
     config = network.switch_config
     host = network.hosts[0].address
-
-    def frame(size, dport):     # a SEND ONLY of ``size`` bytes in all, RoCE if ``dport`` is 4791
-        return build_roce_frame(0x04, bytes(max(0, size - 58)), pad=0, dport=dport, eth_dst=host.mac,
-                                src_ip="10.1.0.1", dst_ip=host.ip, dest_qp=0x77)
-    kinds = {"plain_60": frame(60, 9), "plain_128": frame(128, 9), "roce_unregistered_60": frame(60, 4791)}
+    kinds = {"plain_60": forwarded_frame(60, 9, host), "plain_128": forwarded_frame(128, 9, host),
+             "roce_unregistered_60": forwarded_frame(60, 4791, host)}
     return {kind: record_frames(config, [frame] * FORWARDED_FRAMES) for kind, frame in kinds.items()}
+
+
+def forwarded_frame(size, dport, to):
+    """A SEND ONLY of ``size`` bytes in all to host address ``to``, from an address of no connection; RoCE
+    if ``dport`` is 4791."""
+    return build_roce_frame(0x04, bytes(max(0, size - 58)), pad=0, dport=dport, eth_dst=to.mac,
+                            src_ip="10.1.0.1", dst_ip=to.ip, dest_qp=0x77)
 
 
 def smallest_frames_on_every_port(workers, width, ports):
@@ -98,9 +102,7 @@ def smallest_frames_on_every_port(workers, width, ports):
     frames, into = [], []
     for _ in range(FORWARDED_FRAMES):
         for p in range(ports):
-            to = on_port[(p + 1) % ports]
-            frames.append(build_roce_frame(0x04, bytes(2), pad=0, dport=9, eth_dst=to.mac, src_ip="10.1.0.1",
-                                           dst_ip=to.ip, dest_qp=0x77))
+            frames.append(forwarded_frame(60, 9, on_port[(p + 1) % ports]))
             into.append(p)
     assert all(len(frame) == 60 for frame in frames)
     return record_frames(network.switch_config, frames, ports=into)
