@@ -73,7 +73,8 @@ from amaranth.utils import bits_for, ceil_log2
 from .fp.adder import MAX_ADDER_STAGES, check_format, check_int, check_lane_width
 from .fp.tree import MAX_INPUTS, AdderTree
 
-__all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS", "result_read_signature", "sum_done_layout"]
+__all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS", "result_read_signature", "slot_write_signature",
+           "sum_request_layout", "sum_done_layout"]
 
 MAX_SLOTS = 1 << 16
 MAX_PACKET_BEATS = 1 << 12
@@ -92,6 +93,27 @@ def result_read_signature(width, slots, packet_beats):
         "result_slot": Out(_field_bits(slots) + 1),
         "beat": Out(_field_bits(packet_beats)),
         "data": In(width),
+    })
+
+
+def slot_write_signature(width, workers, slots, packet_beats):
+    """A write port of the banks (``write[w]``), as its writer sees it."""
+    return wiring.Signature({
+        "valid": Out(1),
+        "worker": Out(_field_bits(workers)),
+        "slot": Out(_field_bits(slots)),
+        "beat": Out(_field_bits(packet_beats)),
+        "data": Out(width),
+    })
+
+
+def sum_request_layout(workers, slots, packet_beats):
+    """The payload of ``sum_request``."""
+    return data.StructLayout({
+        "slot": _field_bits(slots),
+        "result_slot": _field_bits(slots) + 1,
+        "beats": bits_for(packet_beats),
+        "mask": workers,
     })
 
 
@@ -146,20 +168,9 @@ class SlotMemory(wiring.Component):
         self.latency = self.tree.latency + 3
         self.done_depth = self.latency + 1
 
-        write_signature = wiring.Signature({
-            "valid": Out(1),
-            "worker": Out(self.worker_bits),
-            "slot": Out(self.slot_bits),
-            "beat": Out(self.beat_bits),
-            "data": Out(width),
-        })
+        write_signature = slot_write_signature(width, workers, slots, packet_beats)
         read_signature = result_read_signature(width, slots, packet_beats)
-        request_layout = data.StructLayout({
-            "slot": self.slot_bits,
-            "result_slot": self.result_slot_bits,
-            "beats": self.beats_bits,
-            "mask": workers,
-        })
+        request_layout = sum_request_layout(workers, slots, packet_beats)
         done_layout = sum_done_layout(slots)
         super().__init__({
             "write": In(write_signature).array(write_ports),

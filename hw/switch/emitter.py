@@ -49,8 +49,10 @@ from ..egress import FrameClass
 from ..slots import result_read_signature, sum_done_layout
 from ..stream import ParsedHeader, PayloadBeat, check_width
 from .registers import ConnectionEntry, JobEntry, SwitchAddress, fields_of
+from .unsent import message_strobe_layout
 
-__all__ = ["Emitter", "Emission", "HeaderEntry", "OWN_BYTES", "GOOD_VERDICT", "stored_beat_layout"]
+__all__ = ["Emitter", "Emission", "HeaderEntry", "OWN_BYTES", "GOOD_VERDICT", "stored_beat_layout", "frame_words",
+           "ring_address_bits", "descriptor_layout", "psn_used_layout"]
 
 OWN_BYTES = 16              # the aggregation header: a first packet's own bytes in its results
 GOOD_VERDICT = 0b111        # icrc_ok, ipv4_csum_ok, len_ok
@@ -72,6 +74,38 @@ def stored_beat_layout(width):
     return data.StructLayout({"data": width, "keep": width // 8, "last": 1, "verdict": 3})
 
 
+def frame_words(width, max_frame):
+    """Words of the longest payload stream, ``max_frame`` bytes."""
+    return -(-max_frame // (width // 8))
+
+
+def ring_address_bits(frame_beats):
+    """Address bits of the packet ring, which holds two of the longest payloads."""
+    return ceil_log2(2 * frame_beats + 2)
+
+
+def descriptor_layout(*, workers, jobs, message_slots, slots, frame_beats):
+    """A descriptor (the module's docstring), for the switch's geometry."""
+    slot_bits = max(1, ceil_log2(slots))
+    worker_bits = max(1, ceil_log2(workers))
+    return data.StructLayout({
+        "kind": Emission,
+        "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": range(frame_beats + 1),
+        "length": 16, "own": 8 * OWN_BYTES,
+        "job": max(1, ceil_log2(jobs)), "k": max(1, ceil_log2(message_slots)), "workers": worker_bits + 1,
+        "worker": worker_bits, "all": 1,
+        "value": 32,
+        # a bounded-loss result: built from the template's stored header for each receiver, the contributor
+        # bitmap its immediate; ``resend``: to one receiver again, from a finished sum
+        "lossy": 1, "resend": 1, "bitmap": workers, "template": worker_bits,
+    })
+
+
+def psn_used_layout(connections):
+    """A bounded-loss result took its connection's next PSN (``psn_used``)."""
+    return data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(connections))})
+
+
 class Emitter(wiring.Component):
     """``Emitter(*, width, workers, jobs, message_slots, slots, packet_beats, max_frame)``: the switch's
     ``slots`` packet slots of ``packet_beats`` words, its frames of up to ``max_frame`` payload bytes.
@@ -84,24 +118,13 @@ class Emitter(wiring.Component):
         check_width(width)
         self.width, self.workers, self.jobs_count, self.message_slots = width, workers, jobs, message_slots
         self.slots, self.packet_beats, self.max_frame = slots, packet_beats, max_frame
-        self.beat_bytes = B = width // 8
+        self.beat_bytes = width // 8
         self.connections_count = C = jobs * workers
-        self.frame_beats = -(-max_frame // B)
-        self.ring_bits = ceil_log2(2 * self.frame_beats + 2)
+        self.frame_beats = frame_words(width, max_frame)
+        self.ring_bits = ring_address_bits(self.frame_beats)
         self.StoredBeat = stored_beat_layout(width)
-        slot_bits = max(1, ceil_log2(slots))
-        worker_bits = max(1, ceil_log2(workers))
-        self.Descriptor = data.StructLayout({
-            "kind": Emission,
-            "slot": slot_bits, "rslot": slot_bits + 1, "index0": 1, "beats": range(self.frame_beats + 1),
-            "length": 16, "own": 8 * OWN_BYTES,
-            "job": max(1, ceil_log2(jobs)), "k": max(1, ceil_log2(message_slots)), "workers": worker_bits + 1,
-            "worker": worker_bits, "all": 1,
-            "value": 32,
-            # a bounded-loss result: built from the template's stored header for each receiver, the contributor
-            # bitmap its immediate; ``resend``: to one receiver again, from a finished sum
-            "lossy": 1, "resend": 1, "bitmap": workers, "template": worker_bits,
-        })
+        self.Descriptor = descriptor_layout(workers=workers, jobs=jobs, message_slots=message_slots, slots=slots,
+                                            frame_beats=self.frame_beats)
         store_bits = ceil_log2(slots * workers)
         super().__init__({
             "descriptors": In(stream.Signature(self.Descriptor)),
@@ -119,8 +142,8 @@ class Emitter(wiring.Component):
             "jobs": In(data.ArrayLayout(JobEntry, jobs)),
             "connections": In(data.ArrayLayout(ConnectionEntry, C)),
             "sent": In(data.ArrayLayout(24, C)),
-            "psn_used": Out(data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(C))})),
-            "results_sent": Out(data.StructLayout({"valid": 1, "message": range(jobs * message_slots)})),
+            "psn_used": Out(psn_used_layout(C)),
+            "results_sent": Out(message_strobe_layout(jobs * message_slots)),
             "frame_out": Out(1),
         })
 

@@ -1,83 +1,49 @@
-"""The NetReduce switch: status monitor, slots, adder tree, result emission, credits, control registers.
+"""The NetReduce switch (``NetReduceSwitch``): its components, composed in the order a frame flows through them.
 
 The behaviour is the contract of docs/ARCHITECTURE.md ("Aggregation (the NetReduce switch)"), from which
 the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 
-0. *ports*: ``FrameArbiter`` takes whole frames from the ``ports`` input ports, round robin, into the
+1. *in*: ``hw.ports.FrameArbiter`` takes whole frames from the ``ports`` input ports, round robin, into the
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
-   share one port's worth; docs "Open items").
-1. *parse*: ``RoceParser`` gives each frame's header record, then its payload stream with the verdicts.
-2. *monitor*, one frame at a time. Each header's connection match (``match.ConnectionMatch``:
-   configuration only, the binding included) runs ahead, as headers arrive, into its queue. ``IDLE``
-   takes a header, ``LOOKUP`` plans the frame from the header, its match and the connection and slot
-   state (registered; at 64 bits the connection's
-   state is read into a registered view a clock before, in ``LOOKUP_READ``; a frame of no connection
-   skips both, its plan being its match), ``STREAM`` takes the
-   payload at one beat per clock into the packet ring (frames that go on) or into the worker's bank of
-   the slot memory (contributions), checks the aggregation header lane by lane as it passes and keeps
-   the first 64 bytes. The last beat commits in its own clock. What the commit would do (``intended``)
-   and where the monitor goes next come from the plan alone; the last beat's facts (verdicts, size, the
-   byte counts as registered marks, the aggregation header) only say whether it happens, so they reach
-   nothing but the write enables of state, bitmap, header store, descriptors and sum request. The next
-   header is taken in the same clock; counters add two clocks later. Rare cases take clocks of their
-   own: ``DUP_SEARCH`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
-   ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
-   ``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and
-   handed to ``management.ManagementAgent``, which applies it to the registers and sends the reply),
-   ``RELEASE_CHECK`` and ``RELEASE`` (after an ACK that makes the oldest message delivered: frees the
-   job's delivered messages, two clocks each, and queues their credits). The bounded-loss class (docs
-   "Bounded-loss class (RTL)"): a contribution streams into the bank of the message slot its payload's
-   ``msg_seq`` names and is decided after its last beat in ``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in
-   ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose deadline has come (checked against each
-   frame's arrival before its header is taken), ``COMPLETE`` completes one (masked sum, results), and
-   ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits.
-   Writes before the commit are speculative: the packet ring rolls back, and a bank word is written
-   only where the worker's bit is clear.
-3. *sum*: a full bitmap queues a sum request for ``SlotMemory`` (banks, ``AdderTree``, results).
-4. *emit* (``emitter.Emitter``): descriptors, in commit order, become frames: a frame that goes on (header FIFO
-   and packet ring), the answer to a duplicate (its header and the stored sum), the N results of a slot (each
-   worker's stored header and the sum), CREDIT control frames. The deparser serializes them and recomputes ICRC and
-   IPv4 checksum. ``FrameRouter`` sends each frame out of the port that the forwarding table gives for its
-   destination MAC (the default port for any other MAC); the management agent's replies join in front of it (a
-   ``FrameArbiter``) and leave by their request's port.
+   share one port's worth; docs "Open items"); ``hw.parser.RoceParser`` gives each frame's header record,
+   then its payload stream with the verdicts; ``match.ConnectionMatch`` matches each header to its
+   connection and checks the binding, from configuration only, as headers arrive.
+2. *monitor* (``monitor.StatusMonitor``): each frame's fate, one frame at a time, from its header, its
+   match, the state and its payload: it owns every connection's, message's and packet slot's state, writes
+   contributions into the banks and frames that go on into the packet ring, and queues descriptors, the
+   header records of the frames that go on, and sum requests, in commit order.
+3. *sum* (``hw.slots.SlotMemory``): a full bitmap's sum request reads the banks through the adder tree
+   into the result memory.
+4. *out*: ``emitter.Emitter`` turns the descriptors, in order, into frames (a frame that goes on from the
+   packet ring, the answer to a duplicate, the N results of a slot from the header store and the sum,
+   CREDIT control frames); ``hw.deparser.RoceDeparser`` serializes them and recomputes ICRC and IPv4
+   checksum; the management agent's replies join them (``hw.ports.FrameArbiter``); ``hw.ports.FrameRouter``
+   sends each frame out of the port that ``forwarding.ForwardingTable`` gives for its destination MAC (the
+   default port for any other MAC; a reply by its request's port), through that port's
+   ``hw.egress.EgressQueues`` (MLT's priority queues and drops by class).
+
+Configuration and counters: ``registers.SwitchRegisters``, the map of ``netreduce.registers`` behind ``csr``
+(docs/ARCHITECTURE.md, "Switch RTL", has the table), or with a ``management`` address the in-band agent
+(``management.ManagementAgent``).
 
 The frames leave in the golden model's order: the outputs of each frame in the order of the frames.
 Throughput: one payload beat per clock within a frame, plus one clock per frame of a connection in the
 monitor (``LOOKUP``; two at 64 bits, where each frame's headers leave clocks to spare); the deparser starts a
 frame only once its first payload word is there, and the payload sequencer then keeps up with it, so
 frames out never pause in the middle (docs: "Open items").
-
-Control registers (``csr``): ``registers.SwitchRegisters``, the map of ``netreduce.registers``
-(docs/ARCHITECTURE.md, "Switch RTL", has the table).
 """
 
 import dataclasses
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, enum, wiring
+from amaranth.hdl import Module, Mux
+from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
 
 from ...egress import MAX_DEPTH_BEATS
-from ...registers import COUNTERS, HISTOGRAM_COUNTERS
-from ...wire import (
-    AGG_MAGIC,
-    AGG_VERSION,
-    BTH,
-    DTYPE_CODES,
-    ETH_HEADER,
-    ETH_MIN_FRAME,
-    GAP_PSN_SHIFT,
-    ICRC_BYTES,
-    IPV4_HEADER,
-    MAX_HEADER_BYTES,
-    UC_WRITE_OPCODES,
-    UDP_HEADER,
-    ManagementAddress,
-    header_bytes,
-)
+from ...registers import COUNTERS
+from ...wire import DTYPE_CODES, ETH_MIN_FRAME, ICRC_BYTES, MAX_HEADER_BYTES, ManagementAddress
 from ..csr import csr_signature
 from ..deparser import RoceDeparser
 from ..egress import ClassJoin, EgressBeat, EgressQueues, FrameClass, check_geometry
@@ -86,58 +52,15 @@ from ..fp.adder import check_int
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
-from ..stream import (
-    ParsedHeader,
-    axi_stream_signature,
-    axis_to_frames,
-    check_width,
-    fifo_to_stream,
-    frames_to_axis,
-    stream_to_fifo,
-)
-from .deadlines import Deadlines
-from .emitter import OWN_BYTES, Emission, Emitter, HeaderEntry
+from ..stream import axi_stream_signature, axis_to_frames, check_width, fifo_to_stream, frames_to_axis, stream_to_fifo
+from .emitter import Emitter, HeaderEntry
 from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
-from .registers import SwitchRegisters, fields_of, vlan_of
-from .requests import WINDOW_BYTES, RequestDecoder, big_endian
-from .unsent import UnsentResults
+from .monitor import StatusMonitor
+from .registers import SwitchRegisters
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
-
-PSN_BITS = 24
-_HALF = 1 << (PSN_BITS - 1)
-_FIRST_OPCODES = (0x06, 0x0A, 0x0B)
-_LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
-_WRITE_OPCODES = (0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
-_ACKNOWLEDGE = 0x11
-_NAK_SEQUENCE = 0x60
-_LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]     # a bounded-loss job's one data opcode (0x2B)
-_MSG_SEQ_BYTE = 11          # the last (least significant) byte of the aggregation header's msg_seq
-
-
-class Outcome(enum.Enum, shape=4):
-    """What the monitor's commit does with a frame (docs/ARCHITECTURE.md, "Switch behaviour, per received
-    frame"): dropped; forwarded (a gap's first packet with its PSN shifted back); an ACK forwarded; a
-    contribution; a duplicate answered; a control frame's request (CHECK, then CREDIT or RESULT_REQUEST); a
-    management request; a bounded-loss contribution (decided in LOSSY)."""
-    DROP = 0
-    FORWARD = 1
-    FORWARD_GAP = 2
-    ACK = 3
-    CONTRIBUTE = 4
-    DUPLICATE = 5
-    CREDIT = 6
-    CHECK = 7
-    MANAGE = 8
-    LOSSY = 9
-    RESULT_REQUEST = 10
-
-
-def _not_behind(a, b):
-    """PSN ``a`` is at or ahead of ``b`` (``(a - b) mod 2^24 < 2^23``)."""
-    return (a - b)[:PSN_BITS] < _HALF
 
 
 class NetReduceSwitch(wiring.Component):
@@ -218,10 +141,6 @@ class NetReduceSwitch(wiring.Component):
             raise ValueError(f"egress stage (egress_queues, egress_buffer): {error}") from None
         self.packet_beats = -(-mtu // self.beat_bytes)
         self.connections = jobs * workers
-        # clocks of the monitor's LOOKUP: two where the own bytes of the shortest RoCE frame (Ethernet,
-        # IPv4, UDP, BTH, ICRC: 58) span two beats or more (docs: "Aggregation", the monitor)
-        own_bytes = sum(header_bytes(t) for t in (ETH_HEADER, IPV4_HEADER, UDP_HEADER, BTH)) + ICRC_BYTES
-        self.lookup_clocks = 2 if own_bytes >= 2 * self.beat_bytes else 1
         self.slots = jobs * message_slots * message_packets
         super().__init__({
             "s_axis": In(axi_stream_signature(width)).array(ports),
@@ -243,1098 +162,118 @@ class NetReduceSwitch(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W, B = self.width, self.beat_bytes
-        N, J, K, M = self.workers, self.jobs, self.message_slots, self.message_packets
-        C, S, Pb = self.connections, self.slots, self.packet_beats
-        k_bits = max(1, exact_log2(K))
-        m_bits = max(1, ceil_log2(M))
-        slot_bits = max(1, ceil_log2(S))
-        beat_bits = max(1, ceil_log2(Pb))
-        worker_bits = max(1, ceil_log2(N))
-        job_bits = max(1, ceil_log2(J))
-        conn_bits = max(1, ceil_log2(C))
+        W, N, J, S = self.width, self.workers, self.jobs, self.slots
+        increment_bits = (N + 1).bit_length()
+        # each port's egress stage (MLT's queues), whose configuration and status the registers hold
+        egress = [EgressQueues(W, weighted=self.egress_weighted, **self.egress_geometry) for _ in range(self.ports)]
 
-        m.submodules.parser = parser = RoceParser(W)
-        m.submodules.deparser = deparser = RoceDeparser(W, whole_frames=True)    # no pause inside a frame out
-        m.submodules.slots = slots = SlotMemory(width=W, workers=N, slots=S, packet_beats=Pb, fmt=self.dtype,
-                                                ftz=self.ftz, adder_stages=self.adder_stages)
-        m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports)
-        # every frame out of the deparser with its class (``frame_classes``, one entry per header record
-        # handed to the deparser, in the same order), to its port's egress stage
-        m.submodules.class_join = class_join = ClassJoin(W)
-        m.submodules.frame_classes = frame_classes = SyncFIFOBuffered(width=FrameClass.size, depth=32)
-        fifo_to_stream(m, frame_classes, class_join.classes)
-        m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
-        egress = []
-        for p in range(self.ports):
-            stage = EgressQueues(W, weighted=self.egress_weighted, **self.egress_geometry)
-            m.submodules[f"egress_{p}"] = stage
-            egress.append(stage)
-            axis_to_frames(m, self.s_axis[p], arbiter.i[p])
-            wiring.connect(m, router.o[p], stage.i)
-            frames_to_axis(m, stage.o, self.m_axis[p])
-        wiring.connect(m, arbiter.o, parser.i)
-        # each frame's arrival (the clock its first beat went in), for the deadlines of the bounded-loss class
-        # (``deadlines.Deadlines``: docs "Bounded-loss class (MLT)", "Time")
-        m.submodules.deadlines = deadlines = Deadlines(jobs=J, message_slots=K)
-        m.d.comb += deadlines.arrival.eq(arbiter.o.valid & arbiter.o.ready & arbiter.o.payload.first)
-        wiring.connect(m, deparser.o, class_join.i)
-        replies_sent = Signal()         # a management reply started (frames_out)
-        if self.management is not None:
-            # the agent's replies join the frames out of the deparser, whole frames at a time, and leave by the
-            # port their request came in on
-            m.submodules.management = agent = ManagementAgent(W, self.management, self.ports)
-            m.submodules.replies = replies = FrameArbiter(W, 2, beat=EgressBeat(W), frame_ports=False)
-            wiring.connect(m, class_join.o, replies.i[0])
-            wiring.connect(m, agent.o, replies.i[1])
-            wiring.connect(m, replies.o, router.i)
-            m.d.comb += replies_sent.eq(agent.sent)
-        else:
-            wiring.connect(m, class_join.o, router.i)
-
-        # --- configuration (SwitchRegisters) and state ---------------------------------------------------------
+        # --- configuration: the registers (behind ``csr``, or the management agent's operations) -------------
         m.submodules.registers = regs = SwitchRegisters(jobs=J, workers=N, forwarding_entries=self.forwarding_entries,
-                                                        mtu=self.mtu, increment_bits=(N + 1).bit_length(),
-                                                        egress=egress[0], ports=self.ports, ethernet=self.ethernet)
-        if self.management is None:
-            wiring.connect(m, wiring.flipped(self.csr), regs.csr)
-        else:
+                                                        mtu=self.mtu, increment_bits=increment_bits,
+                                                        egress=egress[0],
+                                                        ports=self.ports, ethernet=self.ethernet)
+        if self.management is not None:
+            m.submodules.management = agent = ManagementAgent(W, self.management, self.ports)
             # the agent takes the register port for the clock of its operation
             owns = agent.owns_csr
             m.d.comb += [regs.csr.addr.eq(Mux(owns, agent.csr.addr, self.csr.addr)),
                          regs.csr.wdata.eq(Mux(owns, agent.csr.wdata, self.csr.wdata)),
                          regs.csr.we.eq(Mux(owns, agent.csr.we, self.csr.we)),
                          self.csr.rdata.eq(regs.csr.rdata), agent.csr.rdata.eq(regs.csr.rdata)]
+        else:
+            wiring.connect(m, wiring.flipped(self.csr), regs.csr)
         if self.ethernet:
             m.d.comb += [regs.ethernet_status[p].eq(self.ethernet_status[p]) for p in range(self.ports)]
-        for p, stage in enumerate(egress):
-            m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
-            m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
 
-        def registers(count, shape, name):
-            return Array(Signal(shape, name=f"{name}_{i}") for i in range(count))
+        # --- in: the ports' whole frames, round robin, into the parser; each header's connection match ----------
+        m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports)
+        for p in range(self.ports):
+            axis_to_frames(m, self.s_axis[p], arbiter.i[p])
+        m.submodules.parser = parser = RoceParser(W)
+        wiring.connect(m, arbiter.o, parser.i)
+        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management)
+        wiring.connect(m, parser.hdr, match.header)
+        wiring.connect(m, arbiter.frame_port, match.port)
+        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections)]
 
-        def write_at(elements, index, value, domain="sync"):
-            """``elements[index].eq(value)`` at a run-time ``index``, as one ``If`` per element: Amaranth
-            lowers an ``Array`` written at a run-time index to a switch over every index in the process of
-            each element, a text quadratic in the array's length (most of the switch's Verilog, and of the
-            C++ that Verilator makes of it). A computed ``value`` is a signal of its own, so that it is built
-            once, not once per element."""
-            if isinstance(value, Value):
-                shared = Signal(value.shape(), name="written")
-                m.d.comb += shared.eq(value)
-                value = shared
-            for i, element in enumerate(elements):
-                with m.If(index == i):
-                    m.d[domain] += element.eq(value)
-
-        def field(records, count, *path):
-            return Array(fields_of(records, count, *path))
-
-        # the forwarding table, on the first beat of each frame out (a management reply leaves by its request's port)
-        m.submodules.forwarding = forwarding = ForwardingTable(width=W, ports=self.ports,
-                                                               entries=self.forwarding_entries)
-        m.d.comb += [forwarding.beat.eq(router.i.payload.data), forwarding.entries.eq(regs.forwarding),
-                     forwarding.default_port.eq(regs.switch.default_port)]
-        if self.management is not None:
-            m.d.comb += router.destination.eq(Mux(replies.port == 1, agent.port, forwarding.port))
-        else:
-            m.d.comb += router.destination.eq(forwarding.port)
-        job_valid, job_id = field(regs.jobs, J, "valid"), field(regs.jobs, J, "id")
-        job_n, job_mtu = field(regs.jobs, J, "workers"), field(regs.jobs, J, "mtu")
-        job_start_msg = field(regs.jobs, J, "start_msg")
-        job_lossy, job_deadline = field(regs.jobs, J, "lossy"), field(regs.jobs, J, "deadline")
-        if K < 2:       # a bounded-loss job needs two message slots at least (its window is half of them)
-            job_lossy = Array(Const(0, 1) for _ in range(J))
-        W_lossy = max(1, K // 2)        # a bounded-loss job's window (its other half keeps results for requests)
-        job_oldest = registers(J, 32, "job_oldest")
-        conn_valid, start_psn = field(regs.connections, C, "valid"), field(regs.connections, C, "start_psn")
-        req_mac, req_ip = field(regs.connections, C, "requester", "mac"), field(regs.connections, C, "requester", "ip")
-        req_port, req_vlan = (field(regs.connections, C, "requester", "port"),
-                              field(regs.connections, C, "requester", "vlan"))
-        resp_mac, resp_ip, resp_vlan = (field(regs.connections, C, "responder", name) for name in ("mac", "ip", "vlan"))
-        expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
-        sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
-        next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
-        in_msg, cur_k = registers(C, 1, "in_msg"), registers(C, k_bits, "cur_k")
-        cur_first = registers(C, 24, "cur_first")      # the first PSN of the connection's current message
-        msg_busy, msg_seq = registers(J * K, 1, "msg_busy"), registers(J * K, 32, "msg_seq")
-        # a bounded-loss message (FREE: not busy; OPEN; COMPLETE) and the clock it opened at; its bitmap and
-        # length are those of its packet slot 0
-        msg_complete, msg_opened = registers(J * K, 1, "msg_complete"), registers(J * K, 32, "msg_opened")
-        wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
-        wk_first = registers(J * K * N, 24, "wk_first")
-        wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
-        wk_last = registers(J * K * N, 24, "wk_last")     # the PSN of a closed part's last packet
-        pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
-        pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
-        # RESULTS descriptors of each message not yet sent in full (``unsent.UnsentResults``): a message is not
-        # released before its results have left, even if an ACK (which no real NIC sends this early) says otherwise
-        m.submodules.unsent = unsent = UnsentResults(J * K)
-        msg_all_sent = Array(unsent.all_sent[i] for i in range(J * K))
-        unsent_add, unsent_add_at = Signal(), Signal(range(J * K))
-        m.d.comb += [unsent.queued.valid.eq(unsent_add), unsent.queued.message.eq(unsent_add_at)]
-        # each counter grows by what its event's clock sets (SwitchRegisters adds it a clock later)
-        def count(name, amount=1):
-            m.d.comb += regs.increments[name].eq(amount)
-
-        def workers_mask(j):
-            return Cat(*[Const(w) < job_n[j] for w in range(N)])
-
-        for c in range(C):
-            with m.If(regs.connection_enabled[c]):
-                first_message = job_start_msg[c // N]
-                m.d.sync += [expected[c].eq(start_psn[c]), delivered[c].eq(start_psn[c] - 1),
-                             sent[c].eq(start_psn[c] - 1), next_seq[c].eq(first_message),
-                             next_k[c].eq(first_message[:k_bits]), in_msg[c].eq(0), cur_k[c].eq(0)]
-        for j in range(J):
-            with m.If(regs.job_enabled[j]):
-                m.d.sync += job_oldest[j].eq(job_start_msg[j])
-                for k in range(K):
-                    m.d.sync += msg_busy[j * K + k].eq(0)
-                    for w in range(N):
-                        m.d.sync += [wk_started[(j * K + k) * N + w].eq(0), wk_closed[(j * K + k) * N + w].eq(0)]
-                    for i in range(M):
-                        m.d.sync += [pk_bitmap[(j * K + k) * M + i].eq(0), pk_ready[(j * K + k) * M + i].eq(0)]
-
-        # --- between the monitor and the emitter ------------------------------------------------------------
-        # descriptors (``emitter.Descriptor``, in commit order) and the header records of the frames that go
-        # on; ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
-        m.submodules.emitter = emitter = Emitter(width=W, workers=N, jobs=J, message_slots=K, slots=S,
-                                                 packet_beats=Pb, max_frame=self.max_frame)
-        Descriptor, frame_beats, ring_bits = emitter.Descriptor, emitter.frame_beats, emitter.ring_bits
-        FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
-        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=64)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=64)
-        fifo_to_stream(m, descriptors, emitter.descriptors)
-        fifo_to_stream(m, headers, emitter.headers)
-        request_layout = slots.sum_request.payload.shape()
-        m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=5)
+        # --- the status monitor: each frame's fate and the state; descriptors, sum requests, bank writes --------
+        m.submodules.monitor = monitor = StatusMonitor(
+            width=W, workers=N, jobs=J, dtype=self.dtype, mtu=self.mtu, message_packets=self.message_packets,
+            message_slots=self.message_slots, max_frame=self.max_frame, ports=self.ports,
+            increment_bits=increment_bits, management=self.management)
+        wiring.connect(m, match.o, monitor.frames)
+        wiring.connect(m, parser.o, monitor.payload)
         m.d.comb += [
-            slots.sum_request.payload.eq(sum_requests.r_data),
-            slots.sum_request.valid.eq(sum_requests.r_rdy),
-            sum_requests.r_en.eq(slots.sum_request.ready),
+            # each frame's arrival (the clock its first beat went in), for the bounded-loss class's deadlines
+            monitor.arrival.eq(arbiter.o.valid & arbiter.o.ready & arbiter.o.payload.first),
+            monitor.jobs.eq(regs.jobs), monitor.connections.eq(regs.connections),
+            monitor.job_enabled.eq(regs.job_enabled), monitor.connection_enabled.eq(regs.connection_enabled),
         ]
-        new_descriptor = Signal(Descriptor)
-        new_request = Signal(request_layout)
-        m.d.comb += [descriptors.w_data.eq(new_descriptor), sum_requests.w_data.eq(new_request)]
+        if self.management is not None:
+            wiring.connect(m, monitor.management_request, agent.request)
 
-        # packet ring: committed and speculative write pointers (the emitter's read pointer: ``ring_read``)
-        ring_depth = 1 << ring_bits
-        m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=ring_depth, init=[])
-        ring_w = ring.write_port()
-        ring_committed, ring_cursor = Signal(ring_bits + 1), Signal(ring_bits + 1)
-        ring_free = Signal()
-        m.d.comb += ring_free.eq((ring_cursor - emitter.ring_read)[:ring_bits + 1] < ring_depth)
+        # --- the sum: banks, adder tree, results --------------------------------------------------------------
+        m.submodules.slots = slots = SlotMemory(width=W, workers=N, slots=S, packet_beats=self.packet_beats,
+                                                fmt=self.dtype, ftz=self.ftz, adder_stages=self.adder_stages)
+        wiring.connect(m, monitor.slot_write, slots.write[0])
+        wiring.connect(m, monitor.sum_requests, slots.sum_request)
 
-        # header store: the header record of each contribution and its first 16 payload bytes
+        # --- out: descriptors to frames (the emitter, with the packet ring of the frames that go on and the
+        # header store of each contribution's header record and first 16 payload bytes), serialized ---------------
+        m.submodules.emitter = emitter = Emitter(width=W, workers=N, jobs=J, message_slots=self.message_slots,
+                                                 slots=S, packet_beats=self.packet_beats, max_frame=self.max_frame)
+        m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[])
         m.submodules.header_store = header_store = Memory(shape=HeaderEntry, depth=S * N, init=[])
-        hs_w = header_store.write_port()
-
-        # the emitter's sources: the packet ring, the header store (stored headers; first 16 payload bytes),
-        # the finished sums; its frames into the deparser, each with its class
+        wiring.connect(m, monitor.ring_write, ring.write_port())
+        wiring.connect(m, monitor.store_write, header_store.write_port())
+        wiring.connect(m, monitor.descriptors, emitter.descriptors)
+        wiring.connect(m, monitor.headers, emitter.headers)
         wiring.connect(m, emitter.ring, ring.read_port())
         wiring.connect(m, emitter.store_header, header_store.read_port())
         wiring.connect(m, emitter.store_own, header_store.read_port())
         wiring.connect(m, emitter.results, slots.read[0])
         wiring.connect(m, slots.sum_done, emitter.sum_done)
+        m.d.comb += [monitor.ring_read.eq(emitter.ring_read), emitter.sent.eq(monitor.sent),
+                     monitor.psn_used.eq(emitter.psn_used), monitor.results_sent.eq(emitter.results_sent),
+                     emitter.switch.eq(regs.switch), emitter.jobs.eq(regs.jobs),
+                     emitter.connections.eq(regs.connections)]
+        m.submodules.deparser = deparser = RoceDeparser(W, whole_frames=True)    # no pause inside a frame out
         wiring.connect(m, emitter.hdr, deparser.hdr)
         wiring.connect(m, emitter.payload, deparser.i)
+        # every frame out of the deparser with its class (one entry per header record handed to the deparser,
+        # in the same order)
+        m.submodules.frame_classes = frame_classes = SyncFIFOBuffered(width=FrameClass.size, depth=32)
         stream_to_fifo(m, emitter.classes, frame_classes)
-        m.d.comb += [emitter.switch.eq(regs.switch), emitter.jobs.eq(regs.jobs),
-                     emitter.connections.eq(regs.connections)]
-        m.d.comb += [emitter.sent[c].eq(sent[c]) for c in range(C)]
-        m.d.comb += unsent.sent.eq(emitter.results_sent)
-        count("frames_out", emitter.frame_out + replies_sent)
+        m.submodules.class_join = class_join = ClassJoin(W)
+        wiring.connect(m, deparser.o, class_join.i)
+        fifo_to_stream(m, frame_classes, class_join.classes)
 
-        # --- monitor, stage 0: each header's connection match, ahead of the monitor ----------------------------
-        # The match reads only configuration (written before traffic), never state, so it runs as the headers
-        # arrive (with their ingress ports), and the monitor takes header and match from its queue.
-        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management)
-        wiring.connect(m, parser.hdr, match.header)
-        wiring.connect(m, arbiter.frame_port, match.port)
-        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections)]
-        Match = match.Match
-
-        # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
-        h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
-        Plan = data.StructLayout({
-            "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
-            "lossy": 1,         # a data frame of a bounded-loss job
-            "conn": conn_bits, "job": job_bits, "worker": worker_bits,
-            "write_op": 1, "gap": 1, "in_seq": 1, "behind": 1, "seq_ok": 1, "first": 1, "last": 1,
-            "k": k_bits, "index": 24, "slot": slot_bits, "credit_ok": 1, "length_ok": 1,
-            "slot_fits": 1, "bitmap": N, "full": 1, "rslot": slot_bits + 1,
-            "job_id": 16, "seq": 32,
-            "through": PSN_BITS, "advance": 1, "ahead": 1, "releases": 1, "oldest_message": range(J * K),
-            "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
-            "dup_same_length": 1,
-        })
-        look, plan = Signal(Plan), Signal(Plan)
-        ip_src = h.ip_src[:32]
-        roce4 = h.roce & (h.ip_version == 4)
-        conn = hm.conn
-        conn_job, conn_worker = Signal(job_bits), Signal(worker_bits)
-        m.d.comb += [conn_job.eq(conn // N), conn_worker.eq(conn % N)]
-        opcode, psn = h.bth_opcode, h.bth_psn
-        first = Cat(*[opcode == op for op in _FIRST_OPCODES]).any()
-        length = h.payload_len
-        syndrome = h.aeth_syndrome
-
-        def oldest_message_acks(job):
-            """The job's oldest message (its index), whether the window holds it, and for each worker (a bit
-            each): outside the job, its part closed, its connection delivered through the part's last PSN;
-            and each part's last PSN (24 bits each)."""
-            oldest = job_oldest[job]
-            message = job * K + oldest[:k_bits]
-            held = msg_busy[message] & (msg_seq[message] == oldest)
-            # the message's parts, read as one row per message (one read, not one per worker)
-            last_row = Array(Cat(*[wk_last[i * N + w] for w in range(N)]) for i in range(J * K))[message]
-            lasts = [last_row[w * PSN_BITS:(w + 1) * PSN_BITS] for w in range(N)]
-            closed = Array(Cat(*[wk_closed[i * N + w] for w in range(N)]) for i in range(J * K))[message]
-            return (message, held, Cat(*[Const(w) >= job_n[job] for w in range(N)]), closed,
-                    Cat(*[_not_behind(delivered[job * N + w], lasts[w]) for w in range(N)]), Cat(*lasts))
-
-        # LOOKUP reads the connection's state, then the message's and packet slot's that it points to. Where
-        # the shortest RoCE frame's own bytes (headers and ICRC) span two beats or more, the monitor has
-        # clocks to spare between payloads, and the connection's view is registered in a clock of its own
-        # (LOOKUP_READ); at 512 bits a 17-beat frame has none to spare, and the view is read in LOOKUP.
-        ConnView = data.StructLayout({
-            "distance": PSN_BITS, "in_msg": 1, "msg_index": k_bits, "packet_index": 24, "slot": slot_bits,
-            "first_message": range(J * K), "next_seq": 32, "through": PSN_BITS, "advance": 1, "ahead": 1,
-            # the job's oldest message, and what each worker's connection has acknowledged of it
-            "oldest_message": range(J * K), "oldest_held": 1, "outside": N, "closed": N, "delivered": N,
-            "last": PSN_BITS * N,
-        })
-        view_now, view = Signal(ConnView), Signal(ConnView)
-        read_first = self.lookup_clocks == 2
-        through_now = Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)
-        delivers = (syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE)
-        m.d.comb += [
-            view_now.distance.eq(psn - expected[conn]),
-            view_now.in_msg.eq(in_msg[conn]),
-            view_now.msg_index.eq(Mux(first, next_k[conn], cur_k[conn])),
-            view_now.packet_index.eq(Mux(first, 0, psn - cur_first[conn])),
-            view_now.first_message.eq(conn_job * K + next_k[conn]),     # the message a first packet opens
-            view_now.next_seq.eq(next_seq[conn]),
-            # an ACK: the PSN it delivers through, and whether that advances its connection
-            view_now.through.eq(through_now),
-            # (never past the newest result sent toward the responder: "ahead", counted and ignored)
-            view_now.advance.eq(delivers & ~_not_behind(delivered[conn], through_now)
-                                & _not_behind(sent[conn], through_now)),
-            view_now.ahead.eq(delivers & ~_not_behind(delivered[conn], through_now)
-                              & ~_not_behind(sent[conn], through_now)),
-        ]
-        m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
-        oldest_now = oldest_message_acks(conn_job)
-        for field, value in zip(("oldest_message", "oldest_held", "outside", "closed", "delivered", "last"),
-                                oldest_now, strict=True):
-            m.d.comb += view_now[field].eq(value)
-        if not read_first:
-            m.d.comb += view.eq(view_now)
-        distance, msg_index, packet_index, in_slot = view.distance, view.msg_index, view.packet_index, view.slot
-        first_message, through, advance = view.first_message, view.through, view.advance
-
-        # an ACK: whether the job's oldest message is then delivered to every worker (its results sent is
-        # checked at the commit), the ACK's own worker delivered through the ACK's PSN if it advances
-        acked_through = Cat(*[Mux(advance & (conn_worker == w),
-                                  _not_behind(through, view.last[PSN_BITS * w:][:PSN_BITS]), view.delivered[w])
-                              for w in range(N)])
-        look_lossy = hm.data & job_lossy[conn_job]
-        # (a bounded-loss job's messages are released by their completion, never by an ACK)
-        look_releases = view.oldest_held & (view.outside | (view.closed & acked_through)).all() & ~job_lossy[conn_job]
-        m.d.comb += [
-            look.control.eq(hm.control),
-            look.plain.eq(~roce4),
-            look.ack.eq(hm.ack),
-            look.data.eq(hm.data),
-            look.lossy.eq(look_lossy),
-            look.conn.eq(conn), look.job.eq(conn_job), look.worker.eq(conn_worker),
-            look.write_op.eq(Mux(look_lossy, opcode == _LOSSY_OPCODE,
-                                 Cat(*[opcode == op for op in _WRITE_OPCODES]).any())),
-            look.gap.eq((distance != 0) & (distance < _HALF)),
-            look.in_seq.eq(distance == 0),
-            look.behind.eq(distance >= _HALF),
-            look.seq_ok.eq(first == ~view.in_msg),
-            look.first.eq(first),
-            look.last.eq(Cat(*[opcode == op for op in _LAST_OPCODES]).any()),
-            look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
-            look.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != view.next_seq))
-                                        & ((view.next_seq - job_oldest[conn_job])[:32] < K))),
-            look.length_ok.eq(((packet_index < M) | look_lossy) & (h.bth_pad == 0) & (length[:2] == 0)
-                              & (length <= job_mtu[conn_job])),
-            # the packet slot: it takes this length (empty, or holding packets of the same length), the
-            # bitmap with this worker, whether that completes it, and its result slot
-            look.slot_fits.eq((pk_bitmap[in_slot] == 0) | (pk_len[in_slot] == length)),
-            look.bitmap.eq(pk_bitmap[in_slot] | (Const(1, N) << conn_worker)),
-            look.full.eq((pk_bitmap[in_slot] | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
-            look.rslot.eq(Cat(pk_gen[in_slot], in_slot)),
-            look.job_id.eq(job_id[conn_job]), look.seq.eq(view.next_seq),
-            look.through.eq(through), look.advance.eq(advance), look.ahead.eq(view.ahead),
-            look.releases.eq(look_releases), look.oldest_message.eq(view.oldest_message),
-        ]
-
-        # the plan of a frame of no connection, from the header being taken: forwarded, or a control frame
-        stateless_plan, taking = Signal(Plan), match.o.payload
-        m.d.comb += [stateless_plan.control.eq(taking.match.control),
-                     stateless_plan.spoofed.eq(taking.match.spoofed), stateless_plan.stray.eq(taking.match.stray),
-                     stateless_plan.management.eq(taking.match.management),
-                     stateless_plan.refused.eq(taking.match.refused),
-                     stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
-
-        # a retransmission (behind its connection): the message held in the window that has the PSN, if
-        # any (the rare case, so it takes two more clocks, DUP_SEARCH and DUP_READ)
-        dup_found, dup_index0 = Signal(), Signal()
-        dup_slot = Signal(slot_bits)
-        for k in reversed(range(K)):
-            entry = (plan.job * K + k) * N + plan.worker
-            offset = Signal(PSN_BITS, name=f"dup_offset_{k}")
-            m.d.comb += offset.eq(psn - wk_first[entry])
-            held = msg_busy[plan.job * K + k] & wk_started[entry] & (offset < _HALF) & \
-                Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)
-            with m.If(held):
-                m.d.comb += [dup_found.eq(1), dup_index0.eq(offset == 0),
-                             dup_slot.eq((plan.job * K + k) * M + offset[:m_bits])]
-
-        # the path of the payload while it streams
-        forwarding, contributing = Signal(), Signal()
-        m.d.comb += [
-            forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
-                          & (plan.plain | plan.ack | ~plan.data | ~plan.write_op
-                             | (~plan.lossy & (plan.gap | (plan.in_seq & ~plan.seq_ok)
-                                               | (plan.behind & ~plan.dup_found))))),
-            contributing.eq(~plan.control & ~plan.plain & plan.data & ~plan.lossy & plan.write_op & plan.in_seq
-                            & plan.seq_ok & plan.credit_ok & plan.length_ok),
-        ]
-
-        beat = parser.o.payload
-        beat_index = Signal(range(frame_beats + 2))
-        stream_bytes = Signal(16)
-        oversize = Signal()
-        window = Signal(8 * WINDOW_BYTES)
-        write = slots.write[0]
-        m.d.comb += [write.worker.eq(plan.worker), write.slot.eq(plan.slot),
-                     write.beat.eq(beat_index[:beat_bits]), write.data.eq(beat.data)]
-
-        # A bounded-loss contribution goes to packet slot 0 of message slot k = msg_seq mod K, k from byte 11 of
-        # its payload (in payload beat ``key_beat``); where that is not the first beat (64 bits), each beat is
-        # written into the bank a beat late (the last one in LOSSY_READ). A bank word is written only where the
-        # worker's bit of the slot is clear, or where the slot's message is complete and its results have left
-        # (its sum has read the banks); a frame for a slot whose sum is still to read them waits at the key beat.
-        key_beat, key_lane = _MSG_SEQ_BYTE // B, _MSG_SEQ_BYTE % B
-        lossy_delay = key_beat
-        lossy_writing = plan.lossy & plan.write_op
-        key_k = beat.data[8 * key_lane:8 * key_lane + k_bits]
-        lossy_k, lossy_write_ok, held_word = Signal(k_bits), Signal(), Signal(W)
-        at_key = beat_index == key_beat
-        k_now = Mux(at_key, key_k, lossy_k)
-        lossy_beat = Signal(range(frame_beats + 2))
-        m.d.comb += lossy_beat.eq(beat_index - lossy_delay)
-
-        def lossy_slot(job, k):
-            """Packet slot 0 of message slot ``k`` of ``job``."""
-            return (job * K + k) * M
-
-        def worker_bit(k):
-            return (pk_bitmap[lossy_slot(plan.job, k)] >> plan.worker)[0]
-
-        def results_left(k):
-            message = plan.job * K + k
-            return msg_complete[message] & msg_all_sent[message]
-
-        def bank_free(k):
-            return ~worker_bit(k) | results_left(k)
-
-        lossy_wait = lossy_writing & at_key & worker_bit(key_k) & msg_complete[plan.job * K + key_k] & \
-            ~results_left(key_k)
-        lossy_write_now = lossy_writing & (beat_index >= key_beat) & (lossy_beat < Pb) & \
-            Mux(at_key, bank_free(key_k), lossy_write_ok)
-        with m.If(plan.lossy):
-            m.d.comb += [write.slot.eq(lossy_slot(plan.job, k_now)), write.beat.eq(lossy_beat[:beat_bits]),
-                         write.data.eq(held_word if lossy_delay else beat.data)]
-        # the frame so far with the beat on the parser's output: what the commit sees on the last beat
-        verdict, stream_total = Signal(3), Signal(16)
-        window_now = Signal(8 * WINDOW_BYTES)
-        m.d.comb += [verdict.eq(beat.verdict.as_value()),
-                     stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
-
-        # Byte counts at the commit, without adding up: whether the frame reaches ``total`` bytes with this
-        # beat is registered from the bytes before it as "reached already" and the one keep lane that
-        # would reach it (keep is contiguous), set when a header is taken and after every beat.
-        marks_at_take, marks_after_beat = [], []
-
-        def reaches(name, total_of_next_frame, total):
-            reached, lanes = Signal(name=f"{name}_reached"), Signal(B, name=f"{name}_lane")
-
-            def marks(target, so_far):
-                return [reached.eq(so_far >= target), lanes.eq(Cat(*[target - so_far == i + 1 for i in range(B)]))]
-            marks_at_take.extend(marks(total_of_next_frame, 0))
-            marks_after_beat.extend(marks(total, stream_total))
-            return reached | (beat.keep & lanes).any()
-
-        next_length = match.o.payload.header.payload_len
-        too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
-        ends_at_length = (reaches("at_length", next_length, length)
-                          & ~reaches("past_length", next_length + 1, length + 1))
-        for wb in range(max(1, WINDOW_BYTES // B)):
-            with m.If(beat_index == wb):
-                m.d.comb += window_now[wb * W:wb * W + min(W, 8 * WINDOW_BYTES)].eq(beat.data)
-
-        # --- monitor: the outcome at the commit ------------------------------------------------------------------
-        # The aggregation header is checked lane by lane as its bytes pass, against the bytes expected at
-        # the beat's positions (registered for the beat to come, from the plan), the beats before registered.
-        def expected_header(job, seq):
-            """The checked bytes of the aggregation header (None: not checked)."""
-            def big(value, count):
-                return [Value.cast(value)[8 * (count - 1 - i):8 * (count - i)] for i in range(count)]
-            return ([Const(AGG_MAGIC >> 8, 8), Const(AGG_MAGIC & 0xFF, 8), Const(AGG_VERSION, 8),
-                     Const(DTYPE_CODES[self.dtype], 8)] + big(job, 2) + [None, None] + big(seq, 4))
-
-        header_beats = -(-len(expected_header(0, 0)) // B)
-        agg_expect, agg_lanes, agg_so_far = Signal(W), Signal(B), Signal()
-
-        seq_bytes = range(_MSG_SEQ_BYTE - 3, _MSG_SEQ_BYTE + 1)
-
-        def expect_beat(number, job, seq, lossy):
-            """Set the expected bytes and checked lanes for payload beat ``number`` (a bounded-loss
-            contribution's ``msg_seq`` names its message: not checked)."""
-            expected = expected_header(job, seq)
-            lanes = [number * B + lane for lane in range(B)]
-            checked = [i < len(expected) and expected[i] is not None for i in lanes]
-            return [agg_lanes.eq(Cat(*[(~lossy if i in seq_bytes else Const(1)) if c else Const(0)
-                                       for i, c in zip(lanes, checked, strict=True)])),
-                    agg_expect.eq(Cat(*[expected[i] if c else Const(0, 8)
-                                        for i, c in zip(lanes, checked, strict=True)]))]
-
-        agg_beat_ok = Cat(*[(beat.data[8 * lane:8 * lane + 8] == agg_expect[8 * lane:8 * lane + 8]) | ~agg_lanes[lane]
-                            for lane in range(B)]).all()
-        agg_ok = reaches("aggregation_header", 16, 16) & agg_so_far & agg_beat_ok
-        # a control request (the rare case: checked in clocks of its own, CONTROL_PARSE, CONTROL_CHECK, CONTROL,
-        # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
-        # ``results``: a RESULT_REQUEST (a bounded-loss receiver asks for message ``value`` again), else a
-        # CREDIT_REQUEST
-        Request = data.StructLayout({"ok": 1, "found": 1, "j": job_bits, "worker": 8, "results": 1, "value": 32})
-        parsed_request, request = Signal(Request), Signal(Request)
-        request_job = Signal(16)
-
-        m.submodules.requests = requests = RequestDecoder()
-        m.d.comb += [requests.window.eq(window), requests.kept.eq(stream_bytes), requests.tagged.eq(h.vlan_valid),
-                     requests.udp_length.eq(h.udp_len),
-                     parsed_request.ok.eq(requests.control.ok), parsed_request.results.eq(requests.control.results),
-                     request_job.eq(requests.control.job), parsed_request.worker.eq(requests.control.worker),
-                     parsed_request.value.eq(requests.control.value)]
-        for j in reversed(range(J)):
-            with m.If(job_valid[j] & (job_id[j] == request_job)):
-                m.d.comb += [parsed_request.j.eq(j), parsed_request.found.eq(1)]
-        request_j, request_worker = request.j, request.worker
-        request_conn = request_j * N + request_worker[:worker_bits]
-        request_valid = Signal()       # registered in CONTROL_CHECK
-        # a CREDIT_REQUEST from the worker's requester as bound: its IP, MAC, port and VLAN; a RESULT_REQUEST
-        # (bounded-loss jobs only) from its responder: IP, MAC and VLAN; a bounded-loss job's port is not compared
-        request_lossy = job_lossy[request_j]
-        request_found_valid = (
-            request.ok & request.found & (request_worker < job_n[request_j]) & conn_valid[request_conn]
-            & Mux(request.results,
-                  request_lossy & (resp_ip[request_conn] == ip_src) & (resp_mac[request_conn] == h.eth_src)
-                  & (resp_vlan[request_conn] == vlan_of(h)),
-                  (req_ip[request_conn] == ip_src) & (req_mac[request_conn] == h.eth_src)
-                  & ((req_port[request_conn] == hm.port) | request_lossy) & (req_vlan[request_conn] == vlan_of(h))))
-
-        # a management request from the manager (the match has checked its addresses: untagged, so the UDP
-        # payload follows 42 bytes), checked in MANAGEMENT from the frame as kept; the agent applies it
-        managing = Signal()         # the monitor is in MANAGEMENT
-        management_ok = Signal()
-        m.d.comb += management_ok.eq(requests.management.ok)
+        # --- to the ports: the management agent's replies join in, whole frames at a time; each frame to the
+        # port of its destination MAC (a reply to its request's port), through that port's egress stage -------------
+        m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
+        m.submodules.forwarding = forwarding = ForwardingTable(width=W, ports=self.ports,
+                                                               entries=self.forwarding_entries)
+        m.d.comb += [forwarding.beat.eq(router.i.payload.data), forwarding.entries.eq(regs.forwarding),
+                     forwarding.default_port.eq(regs.switch.default_port)]
         if self.management is not None:
-            operation = agent.request.payload
-            m.d.comb += [operation.write.eq(requests.management.write),
-                         operation.sequence.eq(requests.management.sequence),
-                         operation.address.eq(requests.management.address),
-                         operation.value.eq(requests.management.value), operation.port.eq(hm.port)]
-            agent_ready = agent.request.ready
+            m.submodules.replies = replies = FrameArbiter(W, 2, beat=EgressBeat(W), frame_ports=False)
+            wiring.connect(m, class_join.o, replies.i[0])
+            wiring.connect(m, agent.o, replies.i[1])
+            wiring.connect(m, replies.o, router.i)
+            m.d.comb += router.destination.eq(Mux(replies.port == 1, agent.port, forwarding.port))
         else:
-            agent_ready = Const(1)
+            wiring.connect(m, class_join.o, router.i)
+            m.d.comb += router.destination.eq(forwarding.port)
+        for p, stage in enumerate(egress):
+            m.submodules[f"egress_{p}"] = stage
+            wiring.connect(m, router.o[p], stage.i)
+            frames_to_axis(m, stage.o, self.m_axis[p])
+            m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
+            m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
 
-        bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
-        R = {name: i for i, name in enumerate(COUNTERS)}
-
-        # The decision. Everything the last beat settles (the verdicts, the size, whether the aggregation
-        # header is right and whether the payload ends at its length) only ever turns the plan's outcome
-        # into DROP. So the plan alone says what a commit would do (``intended``, for the payload ending
-        # at its length and a right header), and the last beat only whether it does (``happens``): what
-        # is written and where the monitor goes next come from registers, only the write enables from the
-        # beat. The outcome for each value of the two facts is worked out too, for the counters.
-        def decide_from_plan(agg_ok, ends_at_length):
-            """(outcome, reason) of a frame whose verdicts are good and size is within bounds."""
-            outcome_, reason = (Signal(Outcome, name=f"outcome_{agg_ok.value}{ends_at_length.value}"),
-                                Signal(range(len(COUNTERS)), name=f"reason_{agg_ok.value}{ends_at_length.value}"))
-
-            def decide(kind, reason_name):
-                return [outcome_.eq(Outcome[kind]), reason.eq(R[reason_name])]
-            dup_length_ok = plan.dup_same_length & ends_at_length
-            with m.If(plan.spoofed):
-                m.d.comb += decide("DROP", "drop_spoofed")
-            with m.Elif(plan.stray):
-                m.d.comb += decide("DROP", "drop_control")
-            with m.Elif(plan.refused):
-                m.d.comb += decide("DROP", "management_refused")
-            with m.Elif(plan.management):       # decided in MANAGEMENT (``managing``)
-                m.d.comb += decide("DROP", "management_bad")
-            with m.Elif(plan.control):
-                m.d.comb += outcome_.eq(Outcome.CHECK)
-            with m.Elif(plan.plain):
-                m.d.comb += decide("FORWARD", "forwarded")
-            with m.Elif(plan.ack):
-                m.d.comb += decide("ACK", "forwarded")
-            with m.Elif(plan.data):
-                with m.If(~plan.write_op):
-                    m.d.comb += decide("FORWARD", "passthrough_opcode")
-                with m.Elif(plan.lossy):        # decided in LOSSY (``lossy_committing``)
-                    m.d.comb += outcome_.eq(Outcome.LOSSY)
-                with m.Elif(plan.gap):
-                    m.d.comb += decide("FORWARD_GAP", "passthrough_gap")
-                with m.Elif(plan.behind):
-                    with m.If(~plan.dup_found):
-                        m.d.comb += decide("FORWARD", "passthrough_stale")
-                    with m.Elif(~plan.dup_ready):
-                        m.d.comb += decide("DROP", "duplicates_dropped")
-                    with m.Elif(~dup_length_ok):
-                        m.d.comb += decide("DROP", "drop_bad_length")
-                    with m.Else():
-                        m.d.comb += decide("DUPLICATE", "duplicates_answered")
-                with m.Elif(~plan.seq_ok):
-                    m.d.comb += decide("FORWARD", "passthrough_sequence")
-                with m.Elif(plan.first & ~agg_ok):
-                    m.d.comb += decide("DROP", "drop_bad_header")
-                with m.Elif(~plan.credit_ok):
-                    m.d.comb += decide("DROP", "drop_no_credit")
-                with m.Elif(~plan.length_ok | ~plan.slot_fits | ~ends_at_length):
-                    m.d.comb += decide("DROP", "drop_bad_length")
-                with m.Else():
-                    m.d.comb += decide("CONTRIBUTE", "aggregated")
-            with m.Else():
-                m.d.comb += decide("FORWARD", "forwarded")
-            return outcome_, reason
-
-        by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
-        checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
-        lossy_committing = Signal()     # the monitor is in LOSSY: a bounded-loss contribution is decided
-        lossy_go, lossy_reason = Signal(), Signal(range(len(COUNTERS)))     # its decision (LOSSY)
-        intended = Signal(Outcome)
-        m.d.comb += intended.eq(Mux(managing, Outcome.MANAGE,
-                                    Mux(checking, Mux(request.results, Outcome.RESULT_REQUEST, Outcome.CREDIT),
-                                        Mux(lossy_committing, Outcome.LOSSY, by_facts[0b11][0]))))
-        # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
-        # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
-        size_ok = ~oversize & ~too_long
-        needs = {
-            "FORWARD": ~bad & size_ok, "FORWARD_GAP": ~bad & size_ok, "ACK": ~bad & size_ok,
-            "DUPLICATE": ~bad & ends_at_length,
-            "CONTRIBUTE": ~bad & ends_at_length & (agg_ok | ~plan.first),
-            "CREDIT": request_valid & ~oversize,
-            "MANAGE": management_ok & ~oversize,
-            "RESULT_REQUEST": request_valid & ~oversize,
-            "LOSSY": lossy_committing & lossy_go,
-        }
-
-        def happens(*kinds):
-            """The frame being committed has one of these outcomes."""
-            return Cat(*[(intended == Outcome[kind]) & needs[kind] for kind in kinds]).any()
-
-        # The reason each frame is counted under, a clock after its commit, from what the commit registered.
-        Settled = data.StructLayout({"lossy": 1, "lossy_reason": range(len(COUNTERS)), "results": 1,
-                                     "checking": 1, "request_valid": 1, "managing": 1, "management_ok": 1,
-                                     "bad": 1, "icrc_ok": 1, "oversize": 1,
-                                     "facts": 2, "reasons": 4 * len(by_facts[0][1])})
-        settled, settling = Signal(Settled), Signal()
-        settled_now = Signal(Settled)
-        m.d.comb += [
-            settled_now.lossy.eq(lossy_committing), settled_now.lossy_reason.eq(lossy_reason),
-            settled_now.results.eq(request.results),
-            settled_now.checking.eq(checking), settled_now.request_valid.eq(request_valid),
-            settled_now.managing.eq(managing), settled_now.management_ok.eq(management_ok),
-            settled_now.bad.eq(bad), settled_now.icrc_ok.eq(verdict[0]),
-            # CONTROL and MANAGEMENT: all registered
-            settled_now.oversize.eq(Mux(checking | managing, oversize, oversize | too_long)),
-            settled_now.facts.eq(Cat(ends_at_length, agg_ok)),
-            settled_now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
-        ]
-        reason_bits = len(by_facts[0][1])
-        drop_reason = Signal(range(len(COUNTERS)))
-        with m.If(settled.lossy):
-            m.d.comb += drop_reason.eq(settled.lossy_reason)
-        with m.Elif(settled.checking):
-            m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
-                                           Mux(settled.request_valid,
-                                               Mux(settled.results, R["result_requests"], R["credit_requests"]),
-                                               R["drop_control"])))
-        with m.Elif(settled.managing):
-            m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
-                                           Mux(settled.management_ok, R["management_requests"], R["management_bad"])))
-        with m.Elif(settled.bad):
-            m.d.comb += drop_reason.eq(Mux(settled.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
-        with m.Elif(settled.oversize):
-            m.d.comb += drop_reason.eq(R["drop_oversize"])
-        with m.Else():
-            m.d.comb += drop_reason.eq(Array(settled.reasons[i * reason_bits:(i + 1) * reason_bits]
-                                             for i in range(4))[settled.facts])
-        m.d.sync += settling.eq(0)
-        with m.If(settling):
-            write_at([regs.increments[name] for name in COUNTERS], drop_reason, 1, domain="comb")
-
-        # the contribution's effects
-        slot = plan.slot
-        bitmap, full, result_slot = plan.bitmap, plan.full, plan.rslot
-        packet_beats = Signal(beat_bits + 1)
-        m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
-
-        # What a commit writes into the queues and the header store comes from the plan alone (``intended``)
-        shifted = Signal(ParsedHeader)
-        own_bytes = window_now[:8 * OWN_BYTES]
-        m.d.comb += [
-            shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
-            headers.w_data.eq(Mux(intended == Outcome.FORWARD_GAP, shifted, h)),
-            hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(h), hs_w.data.own.eq(own_bytes),
-            unsent_add_at.eq(plan.job * K + plan.k),
-            new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
-            new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),
-        ]
-        with m.Switch(intended):
-            with m.Case(Outcome.FORWARD, Outcome.FORWARD_GAP, Outcome.ACK):
-                m.d.comb += [new_descriptor.kind.eq(FORWARD), new_descriptor.beats.eq(beat_index + 1)]
-            with m.Case(Outcome.DUPLICATE):
-                m.d.comb += [new_descriptor.kind.eq(DUPLICATE), new_descriptor.rslot.eq(plan.dup_rslot),
-                             new_descriptor.index0.eq(plan.dup_index0), new_descriptor.beats.eq(packet_beats),
-                             new_descriptor.length.eq(length), new_descriptor.own.eq(own_bytes)]
-            with m.Case(Outcome.CREDIT):
-                m.d.comb += [new_descriptor.kind.eq(CREDITS), new_descriptor.job.eq(request_j),
-                             new_descriptor.worker.eq(request_worker), new_descriptor.all.eq(0),
-                             new_descriptor.workers.eq(job_n[request_j]),
-                             new_descriptor.value.eq(job_oldest[request_j] + Mux(request_lossy, W_lossy, K) - 1)]
-            with m.Case(Outcome.CONTRIBUTE):
-                m.d.comb += [new_descriptor.kind.eq(RESULTS), new_descriptor.slot.eq(slot),
-                             new_descriptor.rslot.eq(result_slot), new_descriptor.index0.eq(plan.index == 0),
-                             new_descriptor.beats.eq(packet_beats), new_descriptor.length.eq(length),
-                             new_descriptor.job.eq(plan.job), new_descriptor.k.eq(plan.k),
-                             new_descriptor.workers.eq(job_n[plan.job]), new_descriptor.all.eq(1)]
-
-        # --- the bounded-loss class ------------------------------------------------------------------------------
-        # (docs "Bounded-loss class (MLT)") A contribution's facts are registered at its last beat; LOSSY_READ
-        # reads its message slot (the *probe*: of message ``seq`` of job ``job``, for ``worker``), LOSSY decides and
-        # commits. A RESULT_REQUEST probes its message in RR_READ and is answered in RR_APPLY. A completion
-        # (the bitmap full at a contribution, or a deadline found in EXPIRE) is applied in COMPLETE, and the
-        # job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE, with their CREDITs.
-        LossyFacts = data.StructLayout({"bad": 1, "icrc_ok": 1, "oversize": 1, "agg_ok": 1, "ends": 1, "seq": 32})
-        lossy_facts = Signal(LossyFacts)
-        Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
-                                   "in_window": 1, "length_match": 1, "length": 16, "opens": K})
-        probe_job, probe_seq, probe_worker = Signal(job_bits), Signal(32), Signal(worker_bits)
-        probe_now, probe = Signal(Probe), Signal(Probe)
-        m.d.comb += [probe_job.eq(plan.job), probe_seq.eq(lossy_facts.seq), probe_worker.eq(plan.worker)]
-        probe_k = probe_seq[:k_bits]
-        probe_message = probe_job * K + probe_k
-        probe_slot = lossy_slot(probe_job, probe_k)
-        probe_oldest = job_oldest[probe_job]
-        probe_distance = Signal(32)
-        m.d.comb += [
-            probe_distance.eq(probe_seq - probe_oldest),
-            probe_now.k.eq(probe_k),
-            probe_now.held.eq(msg_busy[probe_message] & (msg_seq[probe_message] == probe_seq)),
-            probe_now.complete.eq(msg_complete[probe_message]),
-            probe_now.bitmap.eq(pk_bitmap[probe_slot]),
-            probe_now.bit.eq((pk_bitmap[probe_slot] >> probe_worker)[0]),
-            probe_now.behind.eq(probe_distance[31]),
-            probe_now.in_window.eq(probe_distance < W_lossy),
-            probe_now.length_match.eq((pk_bitmap[probe_slot] == 0) | (pk_len[probe_slot] == length)),
-            probe_now.length.eq(pk_len[probe_slot]),
-        ]
-        # opening message ``seq`` opens every message of the window up to it that its slot does not hold
-        for k in range(K):
-            position = Signal(k_bits, name=f"probe_position_{k}")
-            m.d.comb += position.eq(k - probe_oldest[:k_bits])
-            message = probe_job * K + k
-            m.d.comb += probe_now.opens[k].eq((position < W_lossy) & (position <= probe_distance)
-                                              & ~(msg_busy[message] & (msg_seq[message] == probe_oldest + position)))
-
-        def open_messages(job):
-            """Open the messages of ``probe.opens`` of ``job`` (a register) at the arrival of the frame."""
-            for jj in range(J):
-                with m.If(job == jj):
-                    for k in range(K):
-                        message, first_slot = jj * K + k, lossy_slot(jj, k)
-                        with m.If(probe.opens[k]):
-                            position = (k - job_oldest[jj][:k_bits])[:k_bits]
-                            m.d.sync += [msg_busy[message].eq(1), msg_seq[message].eq(job_oldest[jj] + position),
-                                         msg_complete[message].eq(0), msg_opened[message].eq(h_arrival),
-                                         pk_bitmap[first_slot].eq(0), pk_gen[first_slot].eq(~pk_gen[first_slot])]
-
-        def reopen_clear(job):
-            """Every message slot that ``probe.opens`` reopens has sent all its previous message's results and
-            resends (they read its header store entries and its result entry): else the opening waits."""
-            return Cat(*[~probe.opens[k] | msg_all_sent[job * K + k] for k in range(K)]).all()
-
-        def lossy_results(job, k, length, bitmap):
-            """The RESULTS descriptor of message slot ``k`` of ``job`` (completed with ``bitmap``), its result
-            entry the slot's current one and its template the lowest contributor; written with its sum request
-            or resend, it counts in ``unsent`` until it has left."""
-            first_slot = lossy_slot(job, k)
-            template = Signal(worker_bits, name="lowest_contributor")
-            for w in reversed(range(N)):
-                with m.If(bitmap[w]):
-                    m.d.comb += template.eq(w)
-            return [descriptors.w_en.eq(1), unsent_add.eq(1), unsent_add_at.eq(job * K + k),
-                    new_descriptor.eq(0), new_descriptor.kind.eq(RESULTS), new_descriptor.lossy.eq(1),
-                    new_descriptor.job.eq(job), new_descriptor.workers.eq(job_n[job]), new_descriptor.k.eq(k),
-                    new_descriptor.slot.eq(first_slot), new_descriptor.rslot.eq(Cat(pk_gen[first_slot], first_slot)),
-                    new_descriptor.index0.eq(1), new_descriptor.length.eq(length),
-                    new_descriptor.beats.eq((length + B - 1) >> exact_log2(B)), new_descriptor.bitmap.eq(bitmap),
-                    new_descriptor.template.eq(template)]
-
-        # the decision of a contribution (LOSSY), in the model's order of checks
-        with m.If(lossy_facts.bad):
-            m.d.comb += lossy_reason.eq(Mux(lossy_facts.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
-        with m.Elif(lossy_facts.oversize):
-            m.d.comb += lossy_reason.eq(R["drop_oversize"])
-        with m.Elif(~lossy_facts.agg_ok):
-            m.d.comb += lossy_reason.eq(R["drop_bad_header"])
-        with m.Elif(probe.held & probe.bit):
-            m.d.comb += lossy_reason.eq(R["duplicates_dropped"])
-        with m.Elif(probe.held & probe.complete):
-            m.d.comb += lossy_reason.eq(R["late"])
-        with m.Elif(~probe.held & probe.behind):
-            m.d.comb += lossy_reason.eq(R["late"])
-        with m.Elif(~probe.held & ~probe.in_window):
-            m.d.comb += lossy_reason.eq(R["drop_no_credit"])
-        with m.Elif(~plan.length_ok | ~lossy_facts.ends | (probe.held & ~probe.length_match)):
-            m.d.comb += lossy_reason.eq(R["drop_bad_length"])
-        with m.Else():
-            m.d.comb += [lossy_reason.eq(R["aggregated"]), lossy_go.eq(1)]
-        lossy_bitmap = Mux(probe.held, probe.bitmap, 0) | (Const(1, N) << plan.worker)
-        lossy_full = lossy_bitmap == workers_mask(plan.job)
-
-        # completions: of message slot ``complete_k`` of job ``complete_job``
-        complete_job, complete_k, complete_deadline = Signal(job_bits), Signal(k_bits), Signal()
-        complete_message = complete_job * K + complete_k
-        complete_slot = lossy_slot(complete_job, complete_k)
-        complete_bitmap = pk_bitmap[complete_slot]
-        complete_count = Signal(range(N + 1))
-        m.d.comb += complete_count.eq(sum(complete_bitmap[w] for w in range(N)))
-
-        # Deadlines (``deadlines.Deadlines``): while messages are open (``live``), the monitor takes a header only
-        # while ``fresh`` (``due`` computed from the arrival at the head and from the state as it is), and
-        # completes the ``due`` messages first (EXPIRE), ``expire`` first.
-        lossy_changing = Signal()
-        h_arrival = Signal(32)      # the arrival of the frame the monitor holds
-        m.d.comb += [deadlines.lossy.eq(Cat(*job_lossy)), deadlines.changing.eq(lossy_changing),
-                     deadlines.restarting.eq(regs.job_enabled.any())]
-        for j in range(J):
-            m.d.comb += [deadlines.deadline[j].eq(job_deadline[j]), deadlines.oldest[j].eq(job_oldest[j])]
-        for i in range(J * K):
-            m.d.comb += [deadlines.open[i].eq(msg_busy[i] & ~msg_complete[i]), deadlines.opened[i].eq(msg_opened[i])]
-        live, due_live, fresh, expire = deadlines.live, deadlines.due, deadlines.fresh, deadlines.expire
-        advancing = Signal()
-
-        # --- monitor FSM -----------------------------------------------------------------------------------------
-        # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
-        releases = plan.releases & msg_all_sent[plan.oldest_message]
-        # RELEASE frees messages while the oldest is delivered and its results have left, checked (and the
-        # message registered) in RELEASE_CHECK, a clock before
-        release_job = plan.job
-        oldest = job_oldest[release_job]
-        oldest_message, oldest_held, outside, closed, acked, _ = oldest_message_acks(release_job)
-        delivered_now = oldest_held & (outside | (closed & acked)).all()
-        releasable, released = Signal(), Signal(range(J * K))
-        release_allowed = Signal()      # the ACK that led to RELEASE_CHECK was not dropped
-
-        # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
-        # so that taking the last beat does not wait on the outcome); registered: two entries free a clock
-        # ago leave one now, for the one write a clock
-        room = Signal()
-        m.d.sync += room.eq((descriptors.level < descriptors.depth - 1) & (headers.level < headers.depth - 1)
-                            & (sum_requests.level < sum_requests.depth - 1))
-
-        with m.FSM(name="monitor"):
-            def take_header():
-                """Take the next frame's header (from IDLE, or in the clock of a commit); first complete the
-                bounded-loss messages whose deadline has come (EXPIRE)."""
-                with m.If(due_live.any()):
-                    m.next = "EXPIRE"
-                with m.Elif(match.o.valid & (~live.any() | fresh)):
-                    m.d.comb += match.o.ready.eq(1)
-                    taken_header = match.o.payload
-                    m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
-                                 beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                                 oversize.eq(0), window.eq(0), lossy_write_ok.eq(0),
-                                 h_arrival.eq(deadlines.head.payload)]
-                    m.d.comb += deadlines.head.ready.eq(1)
-                    # a frame of no connection (not RoCE, RoCE of no registered connection, a control
-                    # frame) needs no state: its plan is its match, and its payload streams the next clock
-                    with m.If(~taken_header.match.data & ~taken_header.match.ack):
-                        m.d.sync += [plan.eq(stateless_plan), agg_so_far.eq(1)]
-                        m.next = "STREAM"
-                    with m.Else():
-                        m.next = "LOOKUP_READ" if read_first else "LOOKUP"
-
-            # each worker's own PSN of the packet slot that a contribution fills (its connection's ``sent``
-            # then), built once for the states that commit
-            own_psn = [[Signal(PSN_BITS, name=f"own_psn_{jj}_{v}") for v in range(N)] for jj in range(J)]
-            first_rows = Array(Cat(*[wk_first[i * N + v] for v in range(N)]) for i in range(J * K))
-            for jj in range(J):
-                firsts = first_rows[jj * K + plan.k]
-                for v in range(N):
-                    m.d.comb += own_psn[jj][v].eq(Mux(plan.worker == v, psn,
-                                                      firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index))
-
-            def commit(ring_written):
-                """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
-                count("frames_in")
-                m.d.sync += [settling.eq(1), settled.eq(settled_now), release_allowed.eq(needs["ACK"])]
-                with m.If(happens("FORWARD", "FORWARD_GAP", "ACK")):
-                    m.d.sync += ring_committed.eq(ring_cursor + ring_written)
-                    m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
-                with m.Else():
-                    m.d.sync += ring_cursor.eq(ring_committed)
-                with m.If(happens("DUPLICATE")):
-                    m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
-                with m.If(happens("CREDIT")):
-                    m.d.comb += descriptors.w_en.eq(1)
-                    count("credits_sent")
-                if self.management is not None:
-                    with m.If(happens("MANAGE")):
-                        m.d.comb += agent.request.valid.eq(1)
-                with m.If(happens("ACK")):
-                    count("acks_seen")
-                    with m.If(plan.advance):
-                        write_at(delivered, plan.conn, plan.through)
-                    with m.If(plan.ahead):
-                        count("acks_ahead")
-                # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
-                with m.If((intended == Outcome.ACK) & releases):
-                    m.next = "RELEASE_CHECK"
-                with m.Elif(happens("RESULT_REQUEST")):
-                    m.next = "RR_READ"
-                with m.Elif(intended == Outcome.LOSSY):
-                    # the next header in this clock unless the contribution opens messages (new deadlines,
-                    # which ``due`` must see first) or fills its message (COMPLETE follows)
-                    m.next = "IDLE"
-                    with m.If(~happens("LOSSY") | (probe.held & ~lossy_full)):
-                        take_header()
-                with m.Else():
-                    m.next = "IDLE"
-                    take_header()
-                with m.If(happens("CONTRIBUTE")):
-                    c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
-                    entry = (j * K + k) * N + w
-                    write_at(pk_bitmap, slot, bitmap)
-                    write_at(pk_len, slot, length)
-                    write_at(expected, c, expected[c] + 1)
-                    m.d.comb += hs_w.en.eq(1)
-                    with m.If(plan.first):
-                        for array, index, value in ((msg_busy, j * K + k, 1), (msg_seq, j * K + k, next_seq[c]),
-                                                    (wk_started, entry, 1), (wk_closed, entry, 0),
-                                                    (wk_first, entry, psn), (cur_first, c, psn), (in_msg, c, 1),
-                                                    (cur_k, c, k)):
-                            write_at(array, index, value)
-                    with m.If(plan.last):
-                        for array, index, value in ((wk_closed, entry, 1), (wk_count, entry, plan.index + 1),
-                                                    (wk_last, entry, psn), (in_msg, c, 0),
-                                                    (next_seq, c, next_seq[c] + 1), (next_k, c, next_k[c] + 1)):
-                            write_at(array, index, value)
-                    with m.If(full):
-                        # each worker's result carries its own PSN of this packet slot: its connection's sent
-                        for jj in range(J):
-                            with m.If(j == jj):
-                                for v in range(N):
-                                    m.d.sync += sent[jj * N + v].eq(own_psn[jj][v])
-                        write_at(pk_ready, slot, 1)
-                        count("results_sent", job_n[j])
-                        m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
-
-            with m.State("IDLE"):
-                take_header()
-            with m.State("CONTROL_PARSE"):
-                m.d.sync += request.eq(parsed_request)
-                m.next = "CONTROL_CHECK"
-            with m.State("CONTROL_CHECK"):
-                m.d.sync += request_valid.eq(request_found_valid)
-                m.next = "CONTROL"
-            with m.State("CONTROL"):
-                m.d.comb += checking.eq(1)
-                with m.If(room):
-                    commit(0)
-            with m.State("MANAGEMENT"):
-                m.d.comb += managing.eq(1)
-                with m.If(room & agent_ready):
-                    commit(0)
-            if read_first:
-                with m.State("LOOKUP_READ"):
-                    m.d.sync += view.eq(view_now)
-                    m.next = "LOOKUP"
-            with m.State("LOOKUP"):
-                m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq, look.lossy)]
-                with m.If(look.data & ~look.lossy & look.write_op & look.behind):
-                    m.next = "DUP_SEARCH"
-                with m.Else():
-                    m.next = "STREAM"
-            with m.State("DUP_SEARCH"):
-                m.d.sync += [plan.dup_found.eq(dup_found), plan.dup_slot.eq(dup_slot),
-                             plan.dup_index0.eq(dup_index0)]
-                m.next = "DUP_READ"
-            with m.State("DUP_READ"):
-                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]),
-                             plan.dup_same_length.eq(pk_len[plan.dup_slot] == length),
-                             plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
-                m.next = "STREAM"
-            with m.State("STREAM"):
-                # the last beat is taken only when the queues have room (see ``room``), and commits (a control
-                # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
-                m.d.comb += parser.o.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait)
-                with m.If(parser.o.valid & parser.o.ready):
-                    m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
-                                 *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
-                    m.d.sync += expect_beat(header_beats, plan.job_id, plan.seq, plan.lossy)     # no lane checked
-                    for number in range(1, header_beats):
-                        with m.If(beat_index + 1 == number):
-                            m.d.sync += expect_beat(number, plan.job_id, plan.seq, plan.lossy)
-                    with m.If(too_long):
-                        m.d.sync += oversize.eq(1)
-                    ring_written = forwarding & ~oversize & ~too_long
-                    with m.If(ring_written):
-                        m.d.comb += [ring_w.en.eq(1), ring_w.addr.eq(ring_cursor[:ring_bits]),
-                                     ring_w.data.data.eq(beat.data), ring_w.data.keep.eq(beat.keep),
-                                     ring_w.data.last.eq(beat.last),
-                                     ring_w.data.verdict.eq(beat.verdict.as_value())]
-                        m.d.sync += ring_cursor.eq(ring_cursor + 1)
-                    m.d.comb += write.valid.eq((contributing & (beat_index < Pb)) | lossy_write_now)
-                    m.d.sync += held_word.eq(beat.data)
-                    with m.If(at_key):
-                        m.d.sync += [lossy_k.eq(key_k), lossy_write_ok.eq(bank_free(key_k))]
-                    with m.If(beat.last & plan.control):
-                        m.next = "CONTROL_PARSE"
-                    with m.Elif(beat.last & plan.management):
-                        m.next = "MANAGEMENT"
-                    with m.Elif(beat.last & lossy_writing):
-                        m.next = "LOSSY_READ"
-                        m.d.sync += [lossy_facts.bad.eq(bad), lossy_facts.icrc_ok.eq(verdict[0]),
-                                     lossy_facts.oversize.eq(oversize | too_long), lossy_facts.agg_ok.eq(agg_ok),
-                                     lossy_facts.ends.eq(ends_at_length),
-                                     lossy_facts.seq.eq(big_endian(window_now, _MSG_SEQ_BYTE - 3, 4))]
-                    with m.Elif(beat.last):
-                        commit(ring_written)
-            with m.State("LOSSY_READ"):
-                m.d.sync += probe.eq(probe_now)
-                if lossy_delay:         # the last beat, a beat late
-                    m.d.comb += write.valid.eq(lossy_writing & lossy_write_ok & (beat_index > key_beat)
-                                               & (lossy_beat < Pb))
-                m.next = "LOSSY"
-            with m.State("LOSSY"):
-                with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
-                    m.d.comb += lossy_committing.eq(1)
-                    commit(0)
-                with m.If(happens("LOSSY") & ~probe.held):     # the message opens (and the window's before it)
-                    m.d.comb += lossy_changing.eq(1)
-                    open_messages(plan.job)
-                with m.If(happens("LOSSY")):
-                    first_slot = lossy_slot(plan.job, probe.k)
-                    write_at(pk_len, first_slot, length)
-                    write_at(pk_bitmap, first_slot, lossy_bitmap)
-                    m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
-                                 hs_w.data.own.eq(window[:8 * OWN_BYTES])]
-                    with m.If(lossy_full):
-                        m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
-                        m.next = "COMPLETE"
-            with m.State("RR_READ"):
-                m.d.comb += [probe_job.eq(request_j), probe_seq.eq(request.value), probe_worker.eq(request_worker)]
-                m.d.sync += probe.eq(probe_now)
-                m.next = "RR_APPLY"
-            with m.State("RR_APPLY"):
-                # a RESULT_REQUEST: the result again to the worker's receiver, the message opened, or stale
-                m.d.comb += lossy_changing.eq(1)
-                m.next = "IDLE"
-                with m.If(probe.held & probe.complete & (probe.bitmap != 0)):
-                    with m.If(room):
-                        count("results_resent")
-                        m.d.comb += lossy_results(request_j, probe.k, probe.length, probe.bitmap)
-                        m.d.comb += [new_descriptor.resend.eq(1), new_descriptor.worker.eq(request_worker)]
-                    with m.Else():
-                        m.next = "RR_APPLY"
-                with m.Elif(~probe.held & ~probe.behind & probe.in_window):
-                    with m.If(reopen_clear(request_j)):
-                        open_messages(request_j)
-                    with m.Else():
-                        m.next = "RR_APPLY"
-                with m.Elif(~probe.held):
-                    count("result_requests_stale")
-            with m.State("EXPIRE"):
-                with m.If(expire.found):
-                    m.d.sync += [complete_job.eq(expire.job), complete_k.eq(expire.k), complete_deadline.eq(1)]
-                    m.next = "COMPLETE"
-                with m.Else():
-                    m.next = "IDLE"
-            with m.State("COMPLETE"):
-                # the message completes with its contributors: their sum, and a result to every worker's receiver
-                m.d.comb += lossy_changing.eq(1)
-                with m.If(room):
-                    write_at(msg_complete, complete_message, 1)
-                    count("deadline_completions", complete_deadline)
-                    histogram_bin = Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
-                                        complete_count)
-                    write_at([regs.increments[name] for name in HISTOGRAM_COUNTERS], histogram_bin, 1, domain="comb")
-                    with m.If(complete_bitmap != 0):
-                        count("results_sent", job_n[complete_job])
-                        m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
-                        m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
-                                     new_request.slot.eq(complete_slot),
-                                     new_request.result_slot.eq(new_descriptor.rslot),
-                                     new_request.beats.eq(new_descriptor.beats), new_request.mask.eq(complete_bitmap)]
-                    m.next = "ADVANCE_CHECK"
-            advance_oldest = job_oldest[complete_job]
-            with m.State("ADVANCE_CHECK"):
-                advance_message = complete_job * K + advance_oldest[:k_bits]
-                m.d.sync += advancing.eq(msg_busy[advance_message] & (msg_seq[advance_message] == advance_oldest)
-                                         & msg_complete[advance_message])
-                m.next = "ADVANCE"
-            with m.State("ADVANCE"):
-                # the job's oldest message completed: the window moves on, and every worker gets a CREDIT
-                m.d.comb += lossy_changing.eq(1)
-                with m.If(~advancing):
-                    m.next = "IDLE"
-                    take_header()
-                with m.Elif(descriptors.w_rdy):
-                    write_at(job_oldest, complete_job, advance_oldest + 1)
-                    count("credits_sent", job_n[complete_job])
-                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
-                                 new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
-                                 new_descriptor.workers.eq(job_n[complete_job]),
-                                 new_descriptor.value.eq(advance_oldest + W_lossy)]
-                    m.next = "ADVANCE_CHECK"
-            with m.State("RELEASE_CHECK"):
-                m.d.sync += [releasable.eq(release_allowed & delivered_now & msg_all_sent[oldest_message]),
-                             released.eq(oldest_message)]
-                m.next = "RELEASE"
-            with m.State("RELEASE"):
-                with m.If(~releasable):
-                    m.next = "IDLE"
-                    take_header()
-                with m.Elif(descriptors.w_rdy):
-                    write_at(msg_busy, released, 0)
-                    write_at(job_oldest, release_job, oldest + 1)
-                    m.next = "RELEASE_CHECK"
-                    for w in range(N):
-                        write_at(wk_started, released * N + w, 0)
-                        write_at(wk_closed, released * N + w, 0)
-                    for i in range(M):
-                        packet = released * M + i
-                        write_at(pk_bitmap, packet, 0)
-                        write_at(pk_ready, packet, 0)
-                        write_at(pk_gen, packet, ~pk_gen[packet])
-                    count("credits_sent", job_n[release_job])
-                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.kind.eq(CREDITS),
-                                 new_descriptor.job.eq(release_job), new_descriptor.all.eq(1),
-                                 new_descriptor.workers.eq(job_n[release_job]),
-                                 new_descriptor.value.eq(oldest + K)]
-
-        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN)
-        with m.If(emitter.psn_used.valid):
-            write_at(sent, emitter.psn_used.conn, sent[emitter.psn_used.conn] + 1)
+        # --- the counters: the monitor's, and the frames out (of the emitter and the management agent) -----------
+        for name in COUNTERS:
+            if name != "frames_out":
+                m.d.comb += regs.increments[name].eq(monitor.increments[name])
+        m.d.comb += regs.increments.frames_out.eq(emitter.frame_out + (agent.sent if self.management else 0))
         return m

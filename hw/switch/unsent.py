@@ -16,7 +16,12 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["UnsentResults"]
+__all__ = ["UnsentResults", "message_strobe_layout"]
+
+
+def message_strobe_layout(messages):
+    """One of a message's RESULTS descriptors counted in (``queued``) or out (``sent``)."""
+    return data.StructLayout({"valid": 1, "message": range(messages)})
 
 
 class UnsentResults(wiring.Component):
@@ -27,7 +32,7 @@ class UnsentResults(wiring.Component):
 
     def __init__(self, messages):
         self.messages = messages
-        strobe = data.StructLayout({"valid": 1, "message": range(messages)})
+        strobe = message_strobe_layout(messages)
         super().__init__({
             "queued": In(strobe),
             "sent": In(strobe),
