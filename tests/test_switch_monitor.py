@@ -1,0 +1,223 @@
+"""amaranth.sim unit test of hw/switch/monitor.py (``StatusMonitor``) against the golden model.
+
+The monitor decides each frame's fate (rules 1 to 9 of docs/ARCHITECTURE.md, "Switch behaviour, per received
+frame"; ``SwitchModel.receive``) and says what leaves as descriptors, in commit order. Here it runs behind its
+real neighbours (``RoceParser``, ``ConnectionMatch``, ``SwitchRegisters``, configured through the register map
+as the host library does) on a scenario of both traffic classes: complete messages, a retransmission, a gap, a
+bad aggregation header, ACKs that release a message, credit and result requests, a forged frame, a bad ICRC,
+traffic of no connection. Frames are offered with idle clocks, descriptors taken with backpressure. Checked
+against the model fed the same frames:
+
+- every counter but ``frames_out`` (which the emitter counts): the reason each frame was counted under;
+- the frames the descriptors stand for, in order, by kind (a frame that goes on, a sum to a receiver, a
+  CREDIT), against the model's frames out;
+- one sum request for each RESULTS descriptor that is not a resend, with the contributors' mask.
+"""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
+
+from netreduce.host.packets import build_ack
+from netreduce.host.protocol import AggHeader, ip_to_int
+from netreduce.hw.egress import EgressQueues
+from netreduce.hw.parser import RoceParser
+from netreduce.hw.switch.emitter import Emission
+from netreduce.hw.switch.match import ConnectionMatch
+from netreduce.hw.switch.monitor import StatusMonitor
+from netreduce.hw.switch.registers import SwitchRegisters
+from netreduce.registers import COUNTERS, switch_config_writes
+from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
+from netreduce.sim.roce_model import parse_frame
+from netreduce.wire import CONTROL_PORT, ControlType
+
+from references import JOB, RC_WRITE_ONLY, SWITCH_IP, Fabric, elements, write_registers
+
+WORKERS, PORTS, SLOTS, PACKETS, MTU = 3, 2, 4, 4, 64
+RELIABLE = JOB + 1
+
+
+class MonitorBench(Elaboratable):
+    """Parser, connection match and registers in front of the monitor, as in the switch. The testbench
+    gives each frame's ingress port (``match.port``, in frame order) and plays the emitter's part
+    (``ring_read``)."""
+
+    def __init__(self, width):
+        self.parser = RoceParser(width)
+        self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS)
+        self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=MTU,
+                                     message_packets=PACKETS, message_slots=SLOTS, max_frame=1024, ports=PORTS,
+                                     increment_bits=(WORKERS + 1).bit_length())
+        egress = EgressQueues(width, queues=2, depth_beats=4096 // (width // 8), max_frame=1200)
+        egress._MustUse__silence = True         # its layouts only: the registers hold its configuration
+        self.registers = SwitchRegisters(jobs=2, workers=WORKERS, forwarding_entries=4, mtu=MTU,
+                                         increment_bits=(WORKERS + 1).bit_length(), egress=egress, ports=PORTS)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.parser, m.submodules.match = self.parser, self.match
+        m.submodules.monitor, m.submodules.registers = self.monitor, self.registers
+        parser, match, monitor, regs = self.parser, self.match, self.monitor, self.registers
+        wiring.connect(m, parser.hdr, match.header)
+        wiring.connect(m, match.o, monitor.frames)
+        wiring.connect(m, parser.o, monitor.payload)
+        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections),
+                     monitor.jobs.eq(regs.jobs), monitor.connections.eq(regs.connections),
+                     monitor.job_enabled.eq(regs.job_enabled), monitor.connection_enabled.eq(regs.connection_enabled),
+                     monitor.arrival.eq(parser.i.valid & parser.i.ready & parser.i.payload.first)]
+        m.d.comb += [regs.increments[name].eq(monitor.increments[name]) for name in COUNTERS]
+        return m
+
+
+def scenario():
+    """``(port, frame)`` of each frame, and the fabric (a bounded-loss job ``JOB`` and a reliable job
+    ``RELIABLE`` of 3 workers each; host h on port h mod 2)."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
+    rng = np.random.default_rng(3)
+    frames = []
+
+    def data(w, seq, psn_offset, *, job=RELIABLE, header=None, port=None, **fields):
+        conn = fabric.conns[job, w]
+        values = elements(rng)
+        if job == RELIABLE:
+            fields = {"opcode": RC_WRITE_ONLY, "psn": conn.start_psn + psn_offset, **fields}
+        frames.append((conn.requester_port if port is None else port,
+                       fabric.contribution(w, seq, values, job=job, header=header, **fields)))
+
+    def ack(w, psn_offset):
+        conn = fabric.conns[RELIABLE, w]
+        frames.append((conn.responder_port, build_ack(conn.start_psn + psn_offset, 1, eth_src=conn.responder_mac,
+                                                      eth_dst=conn.requester_mac, src_ip=conn.responder_ip,
+                                                      dst_ip=conn.requester_ip, dest_qp=conn.requester_qpn)))
+
+    for w in range(WORKERS):                    # a bounded-loss message, complete: results, then credits
+        data(w, 0, 0, job=JOB)
+    data(0, 0, 0, job=JOB)                      # again: dropped, its bit is set
+    for w in range(WORKERS):                    # a reliable message, complete: results
+        data(w, 0, 0)
+    data(1, 0, 0)                               # a retransmission: the sum again
+    data(2, 1, 5)                               # a gap: goes on, its PSN shifted
+    data(0, 1, 1, header=AggHeader(RELIABLE, 1, 8, magic=0x1234))        # a bad aggregation header
+    data(1, 1, 1, port=1 - fabric.conns[RELIABLE, 1].requester_port)     # forged: the wrong port
+    for w in range(WORKERS):                    # every receiver acknowledges: the message is released
+        ack(w, 0)
+    frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=0, job=RELIABLE)))
+    frames.append((0, fabric.request(1, 0)))    # worker 1's receiver (host 2) asks for message 0 again
+    port, frame = frames[0]
+    corrupt = bytearray(frame)
+    corrupt[-1] ^= 1
+    frames.append((port, bytes(corrupt)))       # a bad ICRC
+    frames.append((0, bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + bytes(46)))   # not RoCE
+    return fabric, frames
+
+
+def model_kinds(fabric, frames):
+    """The model's frames out, in order, each as the kind of descriptor that stands for it."""
+    kinds = []
+    for port, frame in frames:
+        before = dict(fabric.switch.counters)
+        out = fabric.send(frame, port)
+        reason = [name for name in COUNTERS if name not in ("frames_in", "frames_out", "results_sent",
+                                                              "credits_sent", "acks_seen")
+                  and fabric.switch.counters[name] != before[name]]
+        for _, sent in out:
+            h = parse_frame(sent).header
+            if h["ip_src"] == ip_to_int(SWITCH_IP) and h["udp_dport"] == CONTROL_PORT:
+                kinds.append("credit")
+            elif reason and reason[0] in ("forwarded", "passthrough_gap", "passthrough_stale",
+                                          "passthrough_sequence", "passthrough_opcode"):
+                kinds.append("forward")
+            else:
+                kinds.append("result")
+    return kinds
+
+
+def descriptor_kinds(descriptors):
+    """The frames the descriptors stand for, in order, by kind."""
+    kinds = []
+    for d in descriptors:
+        kind, copies = Emission(d.kind), int(d.workers) if d.all else 1
+        kinds += {Emission.FORWARD: ["forward"], Emission.DUPLICATE: ["result"],
+                  Emission.RESULTS: ["result"] * copies, Emission.CREDITS: ["credit"] * copies}[kind]
+    return kinds
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_the_monitor_decides_every_frame_as_the_model_does(width):
+    fabric, frames = scenario()
+    config_writes = switch_config_writes(fabric.config, WORKERS)
+    bench, sim = shared_simulator(("monitor", width), lambda: MonitorBench(width))
+    monitor, regs = bench.monitor, bench.registers
+    descriptors, headers, requests = [], [], []
+    configured = []
+
+    async def configure_then_send(ctx):
+        await write_registers(ctx, regs.csr, config_writes)
+        await ctx.tick().repeat(2)
+        configured.append(True)
+        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8, idle=0.2, seed=4)(ctx)
+
+    async def send_ports(ctx):
+        while not configured:
+            await ctx.tick()
+        await send_records(bench.match.port, [port for port, _ in frames], idle=0.1, seed=5)(ctx)
+
+    async def take_descriptors(ctx):
+        """The emitter's part: take descriptors, with backpressure; read each FORWARD frame's words out of the
+        packet ring (its read pointer moves on by the frame's beats); report each RESULTS descriptor sent."""
+        rng, read = random.Random(6), 0
+        while True:
+            ready = rng.random() >= 0.3
+            ctx.set(monitor.descriptors.ready, ready)
+            ctx.set(monitor.results_sent.valid, 0)
+            if ready and ctx.get(monitor.descriptors.valid):
+                d = ctx.get(monitor.descriptors.payload)
+                descriptors.append(d)
+                if Emission(d.kind) is Emission.FORWARD:
+                    read += int(d.beats)
+                    ctx.set(monitor.ring_read, read % (1 << len(monitor.ring_read)))
+                if Emission(d.kind) is Emission.RESULTS:
+                    ctx.set(monitor.results_sent, {"valid": 1, "message": int(d.job) * SLOTS + int(d.k)})
+            await ctx.tick()
+
+    counters_now = []
+
+    async def watch_counters(ctx):
+        while True:
+            counters_now[:] = [ctx.get(regs.counters[i]) for i in range(len(COUNTERS))]
+            await ctx.tick()
+
+    expected_kinds = model_kinds(fabric, frames)
+    settled = []
+
+    def done():
+        """Every frame in and every frame's descriptors out, and then the clocks a frame's reason takes to be
+        counted (two after its commit)."""
+        if counters_now and counters_now[COUNTERS.index("frames_in")] == len(frames) and \
+                len(descriptor_kinds(descriptors)) >= len(expected_kinds):
+            settled.append(True)
+        return len(settled) > 4
+    run(bench, [configure_then_send, send_ports],
+        [take_descriptors,
+         collect_records(monitor.headers, headers, backpressure=0.3, seed=7),
+         collect_records(monitor.sum_requests, requests, backpressure=0.3, seed=8), watch_counters],
+        until_idle=done, max_cycles=3_000, sim=sim)
+
+    rtl = {name: counters_now[i] for i, name in enumerate(COUNTERS) if name != "frames_out"}
+    model = {name: fabric.switch.counters[name] for name in COUNTERS if name != "frames_out"}
+    assert rtl == model
+    assert descriptor_kinds(descriptors) == expected_kinds
+    forwards = [d for d in descriptors if Emission(d.kind) in (Emission.FORWARD, Emission.DUPLICATE)]
+    assert len(headers) == len(forwards)
+    sums = [d for d in descriptors if Emission(d.kind) is Emission.RESULTS and not d.resend]
+    assert len(requests) == len(sums)
+    for request, d in zip(requests, sums, strict=True):
+        assert (int(request.slot), int(request.result_slot)) == (int(d.slot), int(d.rslot))
+        assert int(request.mask) == (1 << WORKERS) - 1        # every worker contributed to both messages
+    # the scenario reaches every outcome it was written for
+    assert {"aggregated", "duplicates_answered", "duplicates_dropped", "passthrough_gap", "drop_bad_header",
+            "drop_spoofed", "credit_requests", "result_requests", "drop_bad_icrc", "forwarded"} <= \
+        {name for name, value in model.items() if value}
