@@ -1,0 +1,140 @@
+"""amaranth.sim unit tests of hw/gearbox.py: ``WidenBeats``, ``WholeFrames`` and ``NarrowBeats``.
+
+Frames of every length from 1 byte to several core beats go through with random idle clocks in and
+backpressure out, and come out byte for byte (``collect_frames`` checks that ``keep`` is contiguous, the
+bytes past it zero and ``first`` on each frame's first beat). The timing each component promises is checked
+clock by clock: a port beat a clock through ``WidenBeats`` and ``NarrowBeats`` when nothing waits, no frame
+out of ``WholeFrames`` before its last beat is in and none pausing once it has started, and a frame longer
+than the buffer let through rather than stalled."""
+
+import random
+
+import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
+
+from netreduce.hw.gearbox import NarrowBeats, WholeFrames, WidenBeats, check_port_width
+from netreduce.sim.amaranth_streams import collect_frames, run, send_frames, shared_simulator
+
+
+def frames_of(lengths, seed):
+    rng = random.Random(seed)
+    return [bytes(rng.randrange(256) for _ in range(n)) for n in lengths]
+
+
+LENGTHS = [1, 7, 8, 9, 60, 63, 64, 65, 127, 128, 129, 200, 1, 1, 8, 64, 333]
+
+
+@pytest.mark.parametrize(("narrow", "wide"), [(64, 512), (64, 128), (128, 512), (64, 64)])
+@pytest.mark.parametrize(("idle", "backpressure"), [(0.0, 0.0), (0.3, 0.4)])
+def test_widened_beats_carry_the_frames_byte_for_byte(narrow, wide, idle, backpressure):
+    dut, sim = shared_simulator(("widen", narrow, wide), lambda: WidenBeats(narrow, wide))
+    frames, out = frames_of(LENGTHS, 1), []
+    clocks = []
+
+    async def count(ctx):
+        while True:
+            await ctx.tick()
+            clocks.append(1)
+    run(dut, [send_frames(dut.i, frames, narrow // 8, idle=idle)],
+        [collect_frames(dut.o, wide // 8, out, backpressure=backpressure), count],
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == frames
+    if not idle and not backpressure:       # a port beat every clock
+        port_beats = sum(max(1, -(-len(f) // (narrow // 8))) for f in frames)
+        assert len(clocks) <= port_beats + 3
+
+
+@pytest.mark.parametrize(("wide", "narrow"), [(512, 64), (128, 64), (512, 128), (64, 64)])
+@pytest.mark.parametrize(("idle", "backpressure"), [(0.0, 0.0), (0.3, 0.4)])
+def test_narrowed_beats_carry_the_frames_byte_for_byte(wide, narrow, idle, backpressure):
+    dut, sim = shared_simulator(("narrow", wide, narrow), lambda: NarrowBeats(wide, narrow))
+    frames, out = frames_of(LENGTHS, 2), []
+    gaps = []
+
+    async def watch_gaps(ctx):
+        """With nothing waiting, no clock inside a frame without a port beat."""
+        inside = False
+        while True:
+            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if inside and not valid:
+                gaps.append(1)
+            if valid:
+                inside = not payload.last
+    run(dut, [send_frames(dut.i, frames, wide // 8, idle=idle)],
+        [collect_frames(dut.o, narrow // 8, out, backpressure=backpressure), watch_gaps],
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == frames
+    if not idle and not backpressure:
+        assert not gaps
+
+
+@pytest.mark.parametrize(("idle", "backpressure"), [(0.0, 0.0), (0.5, 0.0), (0.2, 0.5)])
+def test_whole_frames_leave_only_once_in_and_never_pause(idle, backpressure):
+    width, depth = 64, 64
+    dut, sim = shared_simulator(("whole", width, depth), lambda: WholeFrames(width, depth))
+    frames, out = frames_of(LENGTHS, 3), []
+    events = []         # ("in_last", clock) and ("out_first", clock) per frame, and pauses
+
+    async def watch(ctx):
+        clock, inside = 0, False
+        while True:
+            _, _, i_valid, i_ready, i_beat, o_valid, o_ready, o_beat = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.i.payload, dut.o.valid, dut.o.ready, dut.o.payload)
+            if i_valid and i_ready and i_beat.last:
+                events.append(("in_last", clock))
+            if inside and not o_valid:
+                events.append(("pause", clock))
+            if o_valid and o_ready:
+                if o_beat.first:
+                    events.append(("out_first", clock))
+                inside = not o_beat.last
+            clock += 1
+    run(dut, [send_frames(dut.i, frames, width // 8, idle=idle)],
+        [collect_frames(dut.o, width // 8, out, backpressure=backpressure), watch],
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == frames
+    assert not [e for e in events if e[0] == "pause"]
+    ins = [clock for kind, clock in events if kind == "in_last"]
+    outs = [clock for kind, clock in events if kind == "out_first"]
+    assert all(o > i for i, o in zip(ins, outs, strict=True))
+
+
+def test_a_frame_longer_than_the_buffer_goes_through_cut():
+    width, depth = 64, 8
+    dut, sim = shared_simulator(("whole", width, depth), lambda: WholeFrames(width, depth))
+    frames, out = frames_of([8 * 8 * 5, 30, 8 * 8 + 1, 1], 4), []
+    run(dut, [send_frames(dut.i, frames, width // 8)], [collect_frames(dut.o, width // 8, out, backpressure=0.3)],
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == frames
+
+
+class _Chain(Elaboratable):
+    """A port's way in and out of a core of ``wide`` bits."""
+
+    def __init__(self, narrow, wide):
+        self.widen, self.whole = WidenBeats(narrow, wide), WholeFrames(wide, 64)
+        self.narrow_ = NarrowBeats(wide, narrow)
+        self.i, self.o = self.widen.i, self.narrow_.o
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.widen, m.submodules.whole, m.submodules.narrow = self.widen, self.whole, self.narrow_
+        wiring.connect(m, self.widen.o, self.whole.i)
+        wiring.connect(m, self.whole.o, self.narrow_.i)
+        return m
+
+
+def test_a_port_in_and_out_of_a_wider_core_keeps_every_frame():
+    chain, sim = shared_simulator(("chain", 64, 512), lambda: _Chain(64, 512))
+    frames, out = frames_of(LENGTHS * 2, 5), []
+    run(chain, [send_frames(chain.i, frames, 8, idle=0.2)], [collect_frames(chain.o, 8, out, backpressure=0.3)],
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == frames
+
+
+def test_port_widths_are_checked():
+    assert check_port_width(64, 512) == 8
+    for narrow, wide in ((512, 64), (96, 512), (64, 1024)):
+        with pytest.raises(ValueError):
+            check_port_width(narrow, wide)
