@@ -166,6 +166,21 @@ def measure(width, workers, nbytes, ports):
     return result
 
 
+def measure_narrow_ports(port_width, width, workers, nbytes, ports):
+    """Ports of ``port_width`` bits into the core of ``width`` bits (``hw.gearbox``): the sustained all-reduce
+    with the workers spread over the ports, and the smallest frames on every port, as ``ports`` and
+    ``ports_smallest`` measure them (beats are the ports' beats)."""
+    switch = NetReduceSwitch(width=width, port_width=port_width, workers=workers, jobs=1, ports=ports, mtu=MTU,
+                             message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
+    result = {"allreduce": port_figures(run_measure(switch, scenario(workers, nbytes, port_width, ports=ports),
+                                                    workers, ports_at_once=True))}
+    if ports > 1:
+        result["smallest"] = port_figures(run_measure(switch, smallest_frames_on_every_port(workers, port_width,
+                                                                                            ports),
+                                                      workers, ports_at_once=True))
+    return result
+
+
 def measure_smallest(width, workers, ports):
     """``smallest_frames_on_every_port`` through the ``ports``-port switch: aggregate and per-port rates."""
     switch = NetReduceSwitch(width=width, workers=workers, jobs=1, ports=ports, mtu=MTU,
@@ -182,6 +197,8 @@ def main(argv=None):
     parser.add_argument("--bytes", type=int, default=WINDOW_BYTES, help="gradient bytes per worker")
     parser.add_argument("--ports", type=int, nargs="*", choices=(1, 2, 3, 4),
                         help="port counts of the multi-port runs (default 1 2 4 at 64 bits, 1 2 at 512; none: skip)")
+    parser.add_argument("--narrow-ports", type=int, nargs="*", default=[1, 2, 4], choices=(1, 2, 3, 4),
+                        help="port counts of the runs with 64-bit ports into the 512-bit core (none: skip)")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     parser.add_argument("--xilinx", action="store_true",
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
@@ -197,6 +214,10 @@ def main(argv=None):
         ports = args.ports if args.ports is not None else PORT_COUNTS[width]
         report[f"{width}b"] = measure(width, args.workers, args.bytes, ports)
         print(f"{width}b: done", file=sys.stderr)
+    if args.width and args.narrow_ports:
+        report["64b_ports_512b_core"] = {count: measure_narrow_ports(64, 512, args.workers, args.bytes, count)
+                                         for count in args.narrow_ports}
+        print("64-bit ports into the 512-bit core: done", file=sys.stderr)
     if args.synth:
         from netreduce.synth import synth_ecp5
         switch = NetReduceSwitch(width=64, workers=4, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,

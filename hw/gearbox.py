@@ -16,7 +16,11 @@ beat is in, and then at one beat per clock while ``o.ready`` is high, so whoever
 the port in the middle of a frame. ``i.ready`` is low while the buffer is full; nothing is dropped. A frame
 longer than the buffer cannot be whole in it: when the buffer is full and holds no whole frame, the frame
 at its head goes on as it comes (cut through) so that the port never stalls for good (the switch drops
-such a frame anyway when it is longer than its ``max_frame``).
+such a frame anyway when it is longer than its ``max_frame``). With ``stamp_bits``, each frame is stamped
+with ``now`` (a clock count of that many bits, from the parent) in the clock its last beat goes in, and
+``head_stamp`` gives the stamp of the frame at the head, ``head_whole`` whether that frame is whole (else it
+is being cut through and has no stamp yet): ``hw.ports.FrameArbiter`` then takes the ports' frames oldest
+first.
 
 ``NarrowBeats(wide, narrow)``: a frame stream of ``wide`` bits into one of ``narrow`` bits: each core beat
 as the port beats that hold its kept bytes (``keep`` is contiguous from lane 0; a beat with no byte kept
@@ -26,7 +30,7 @@ goes, so a frame leaves without a gap.
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .fp.adder import check_int
@@ -87,12 +91,16 @@ class WidenBeats(wiring.Component):
 
 class WholeFrames(wiring.Component):
     """Store and forward of whole frames, with backpressure (module documentation). ``depth_beats``: at
-    least 2."""
+    least 2; ``stamp_bits``: 0 (no stamps) or the bits of ``now``."""
 
-    def __init__(self, width, depth_beats):
+    def __init__(self, width, depth_beats, stamp_bits=0):
         self.width = check_width(width)
         self.depth_beats = check_int(depth_beats, "depth_beats", 2, 1 << 16)
-        super().__init__({"i": In(frame_stream(width)), "o": Out(frame_stream(width))})
+        self.stamp_bits = check_int(stamp_bits, "stamp_bits", 0, 32)
+        super().__init__({
+            "i": In(frame_stream(width)), "o": Out(frame_stream(width)),
+            **({"now": In(stamp_bits), "head_stamp": Out(stamp_bits), "head_whole": Out(1)} if stamp_bits else {}),
+        })
 
     def elaborate(self, platform):
         m = Module()
@@ -111,6 +119,11 @@ class WholeFrames(wiring.Component):
             m.d.sync += cut_through.eq(0)
         with m.Elif(~store.w_rdy & (whole == 0)):
             m.d.sync += cut_through.eq(1)
+        if self.stamp_bits:     # a stamp per whole frame, in frame order
+            # (read as the clock after its write, as `whole` counts the frame: no read latency)
+            m.submodules.stamps = stamps = SyncFIFO(width=self.stamp_bits, depth=self.depth_beats)
+            m.d.comb += [stamps.w_en.eq(arrived), stamps.w_data.eq(self.now), stamps.r_en.eq(left & stamps.r_rdy),
+                         self.head_stamp.eq(stamps.r_data), self.head_whole.eq(whole != 0)]
         return m
 
 

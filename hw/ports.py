@@ -8,7 +8,11 @@ latency, one beat per clock); ``port`` shows the port of the beat on ``o``, and 
 the port of each frame, one entry per frame in the order of ``o`` (for its header's connection match,
 which comes after the frame's first beat): with P > 1 a FIFO of ``FRAME_PORTS_DEPTH`` written at each
 first beat (a frame waits to start while it is full), with P = 1 always 0; with ``frame_ports`` false there
-is no such FIFO and ``frame_port`` is never valid (a merge of frame streams needs only ``port``).
+is no such FIFO and ``frame_port`` is never valid (a merge of frame streams needs only ``port``). With
+``stamp_bits`` the ports hold whole frames (``hw.gearbox.WholeFrames``) and the arbiter takes them oldest
+first instead of round robin: between frames, of the ports with a valid beat, one whose head frame is not
+whole (``whole[p]`` low: a frame longer than its buffer, cut through) first, else the one whose ``stamp[p]``
+(the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port.
 
 ``FrameRouter(width, ports, beat=None)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's
 first beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of
@@ -18,7 +22,7 @@ such as ``hw.egress.EgressBeat``, whose fields go along unread).
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -37,14 +41,16 @@ def check_ports(ports):
 
 
 class FrameArbiter(wiring.Component):
-    def __init__(self, width, ports, beat=None, frame_ports=True):
+    def __init__(self, width, ports, beat=None, frame_ports=True, stamp_bits=0):
         self.width, self.ports, self.frame_ports = width, check_ports(ports), frame_ports
+        self.stamp_bits = check_int(stamp_bits, "stamp_bits", 0, 32)
         signature = frame_stream(width) if beat is None else stream.Signature(beat)
         super().__init__({
             "i": In(signature).array(ports),
             "o": Out(signature),
             "port": Out(range(ports)),
             "frame_port": Out(stream.Signature(max(1, ceil_log2(ports)))),
+            **({"stamp": In(data.ArrayLayout(stamp_bits, ports)), "whole": In(ports)} if stamp_bits else {}),
         })
 
     def elaborate(self, platform):
@@ -56,11 +62,14 @@ class FrameArbiter(wiring.Component):
         chosen = Signal(range(P))
         m.d.comb += chosen.eq(owner)
         with m.If(~holding):
-            # the first port with a valid beat in the order after, after+1, ... (later matches win)
-            for offset in reversed(range(P)):
-                for start in range(P):
-                    with m.If((after == start) & self.i[(start + offset) % P].valid):
-                        m.d.comb += chosen.eq((start + offset) % P)
+            if self.stamp_bits:
+                m.d.comb += chosen.eq(self._oldest(m))
+            else:
+                # the first port with a valid beat in the order after, after+1, ... (later matches win)
+                for offset in reversed(range(P)):
+                    for start in range(P):
+                        with m.If((after == start) & self.i[(start + offset) % P].valid):
+                            m.d.comb += chosen.eq((start + offset) % P)
         # a frame starts only while its port can be noted
         if P > 1 and self.frame_ports:
             m.submodules.frame_ports = frame_ports = SyncFIFOBuffered(width=len(self.frame_port.payload),
@@ -82,6 +91,23 @@ class FrameArbiter(wiring.Component):
             with m.If(self.o.payload.last):
                 m.d.sync += after.eq(Mux(chosen == P - 1, 0, chosen + 1))
         return m
+
+    def _oldest(self, m):
+        """The port of the oldest head frame among the valid ports (the module's docstring), port by port."""
+        half = 1 << (self.stamp_bits - 1)
+        best, best_valid = Const(0, range(self.ports)), Const(0)
+        best_whole, best_stamp = Const(1), Const(0, self.stamp_bits)
+        for p in range(self.ports):
+            valid, whole, stamp = self.i[p].valid, self.whole[p], self.stamp[p]
+            older = (best_whole & ~whole) | (best_whole & whole & ((best_stamp - stamp)[:self.stamp_bits] >= 1)
+                                             & ((best_stamp - stamp)[:self.stamp_bits] < half))
+            take = valid & (~best_valid | older)
+            names = [Signal(range(self.ports), name=f"oldest_{p}"), Signal(name=f"oldest_valid_{p}"),
+                     Signal(name=f"oldest_whole_{p}"), Signal(self.stamp_bits, name=f"oldest_stamp_{p}")]
+            m.d.comb += [names[0].eq(Mux(take, p, best)), names[1].eq(best_valid | valid),
+                         names[2].eq(Mux(take, whole, best_whole)), names[3].eq(Mux(take, stamp, best_stamp))]
+            best, best_valid, best_whole, best_stamp = names
+        return best
 
 
 class FrameRouter(wiring.Component):

@@ -473,7 +473,7 @@ async def measure(dut):
             check_port(got[p], replay.expected[p], params.get("egress_queues", 4))
         else:       # the arbiter's order across ports: each port's frames out the same, in any order
             assert sorted(got[p]) == sorted(replay.expected[p]), f"port {p}: other frames out than the model's"
-    beat_bytes = params["width"] // 8
+    beat_bytes = params["port_width"] // 8      # the ports' beats (narrower than the core's or not)
 
     def beats(frame):
         return -(-max(len(frame), 1) // beat_bytes)

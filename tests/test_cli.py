@@ -56,6 +56,7 @@ def test_subcommand_help(name):
     ["generate", "--out", "x", "--message-slots", "3"],
     ["generate", "--out", "x", "--egress-buffer", "4096"],             # smaller than --max-frame
     ["generate", "--out", "x", "--egress-queues", "17"],
+    ["generate", "--out", "x", "--width", "64", "--port-width", "512"],       # ports wider than the core
     ["build", "--board", "de0-nano", "--out", "x"],
     ["build", "--board", "versa-ecp5", "--out", "x", "--sys-mhz", "5", "--manager-mac", "02:00:00:00:00:09",
      "--manager-ip", "10.0.0.9"],                                          # too slow for two ports
@@ -124,23 +125,27 @@ def test_parse_pcap_rtl_on_icarus_matches_model():
 
 
 @pytest.mark.slow(minutes=1)        # Yosys generates the whole switch
-@pytest.mark.parametrize("width", [64, 512])
-def test_generate_writes_verilog_and_manifest(tmp_path, width):
+@pytest.mark.parametrize(("width", "port_width"), [(64, None), (512, 64)])
+def test_generate_writes_verilog_and_manifest(tmp_path, width, port_width):
+    """(The 512-bit core with 64-bit ports: its ports have the ports' width, its parameters the core's.)"""
     out = tmp_path / "gen"
     netreduce("generate", "--width", str(width), "--out", str(out), "--workers", "2", "--jobs", "1",
-              "--ports", "2", "--egress-queues", "2")
+              "--ports", "2", "--egress-queues", "2", *(["--port-width", str(port_width)] if port_width else []))
+    port_width = port_width or width
     verilog = (out / "netreduce_top.v").read_text()
     assert "module netreduce_top" in verilog
     manifest = json.loads((out / "netreduce_top.json").read_text())
     ports = {port["name"]: port for port in manifest["ports"]}
     for p in (0, 1):
-        assert ports[f"s_axis__{p}__tdata"] == {"name": f"s_axis__{p}__tdata", "direction": "input", "width": width}
-        assert ports[f"m_axis__{p}__tkeep"]["width"] == width // 8
+        assert ports[f"s_axis__{p}__tdata"] == {"name": f"s_axis__{p}__tdata", "direction": "input",
+                                                "width": port_width}
+        assert ports[f"m_axis__{p}__tkeep"]["width"] == port_width // 8
         assert ports[f"m_axis__{p}__tready"]["direction"] == "input"
     assert "s_axis__2__tdata" not in ports
     assert ports["csr__rdata"]["direction"] == "output" and ports["csr__addr"]["width"] == ADDRESS_BITS
     assert manifest["registers"] == json.loads(json.dumps(register_manifest(manifest["parameters"])))
     assert manifest["parameters"]["workers"] == 2 and manifest["parameters"]["width"] == width
+    assert manifest["parameters"]["port_width"] == port_width
     assert manifest["parameters"]["egress_queues"] == 2
     assert [b["count"] for b in manifest["registers"]["blocks"] if b["name"] == "egress"] == [2]
     for name in ports:

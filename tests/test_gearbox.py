@@ -138,3 +138,30 @@ def test_port_widths_are_checked():
     for narrow, wide in ((512, 64), (96, 512), (64, 1024)):
         with pytest.raises(ValueError):
             check_port_width(narrow, wide)
+
+
+def test_whole_frames_are_stamped_with_the_clock_they_were_whole():
+    """With ``stamp_bits``: as each frame leaves, ``head_stamp`` is ``now`` of the clock its last beat went in,
+    and ``head_whole`` is set."""
+    width, depth = 64, 64
+    dut, sim = shared_simulator(("whole", width, depth, "stamped"), lambda: WholeFrames(width, depth, stamp_bits=16))
+    frames, out = frames_of(LENGTHS, 6), []
+    completed, seen = [], []
+
+    async def clock(ctx):
+        now = 0
+        while True:
+            ctx.set(dut.now, now % (1 << 16))
+            _, _, valid, ready, beat, o_valid, o_ready, o_beat, stamp, whole = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.i.payload, dut.o.valid, dut.o.ready, dut.o.payload, dut.head_stamp,
+                dut.head_whole)
+            if valid and ready and beat.last:
+                completed.append(now)
+            if o_valid and o_ready and o_beat.first:
+                seen.append((stamp, whole))
+            now += 1
+    run(dut, [send_frames(dut.i, frames, width // 8, idle=0.3)],
+        [collect_frames(dut.o, width // 8, out, backpressure=0.5), clock],
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == frames
+    assert seen == [(clock_, 1) for clock_ in completed], (seen, completed)

@@ -195,3 +195,41 @@ def route_and_check(dut, ports, rng, classes=False):
             assert all(value == ((data >> 32 & 0xFFFFFF) % 64 | ((data >> 32 & 0xFFFFFF) % 3 == 0) << 6)
                        for data, _, value in taken[p])
     assert sum(map(len, taken)) == sum(map(len, frames))
+
+
+@pytest.mark.parametrize(("stamps", "whole", "order"), [
+    ([5, 3, 3, 9], [1, 1, 1, 1], [1, 2, 0, 3]),                             # oldest first, ties to the lower port
+    ([0xFFFE, 2, 0x0001, 0xFFF0], [1, 1, 1, 1], [3, 0, 2, 1]),              # the stamps wrap around
+    ([5, 3, 7, 9], [1, 1, 0, 1], [2, 1, 0, 3]),                             # a frame cut through goes first
+])
+def test_stamped_arbiter_takes_the_oldest_whole_frame_first(stamps, whole, order):
+    """With ``stamp_bits`` (ports that hold whole frames), frames waiting at every port at once are taken
+    oldest first by their stamps (16 bits, modulo), a frame not whole before all, ties to the lower port."""
+    ports = len(stamps)
+    dut, sim = shared_simulator(("FrameArbiter", WIDTH, ports, "stamped"),
+                                lambda: FrameArbiter(WIDTH, ports, stamp_bits=16))
+    frames = [[(p << 56) | beat for beat in range(3)] for p in range(ports)]
+    taken = []
+
+    async def offer(ctx):
+        for p in range(ports):
+            ctx.set(dut.stamp[p], stamps[p])
+        ctx.set(dut.whole, sum(w << p for p, w in enumerate(whole)))
+        for p in range(ports):
+            ctx.set(dut.i[p].payload, {"data": frames[p][0], "keep": 0xFF, "first": 1, "last": 0})
+            ctx.set(dut.i[p].valid, 1)
+        beat = [0] * ports
+        while len(taken) < 3 * ports:
+            ctx.set(dut.o.ready, 1)
+            _, _, port, valid = await ctx.tick().sample(dut.port, dut.o.valid)
+            if valid:
+                beat[port] += 1
+                if beat[port] == 3:
+                    ctx.set(dut.i[port].valid, 0)
+                else:
+                    ctx.set(dut.i[port].payload, {"data": frames[port][beat[port]], "keep": 0xFF, "first": 0,
+                                                  "last": beat[port] == 2})
+                taken.append(port)
+
+    run(dut, [offer], 200, sim=sim)
+    assert taken == [p for p in order for _ in range(3)]

@@ -2,7 +2,7 @@
 both sides of the switch), replayed into the generated Verilog of NetReduceSwitch, and compared frame for
 frame, byte for byte and counter for counter.
 
-Four builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
+Five builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
 the one-port scenarios (everything on port 0), and the closed loop on two ports, where both ports carry
 traffic at once.
 """
@@ -195,6 +195,17 @@ def test_two_ports_faults_64(tmp_path):
     ports_out = {port for produced in scenario["outputs"] for port, _ in produced}
     assert ports_in == ports_out == {0, 1}
     replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=8)
+
+
+@pytest.mark.build_leader       # of the fp32x512p64 build
+def test_four_64_bit_ports_into_the_512_bit_core_faults(tmp_path):
+    """Hosts on four 64-bit ports of the 512-bit core (``hw.gearbox``: each port's frames widened and held
+    whole, taken oldest first): the model's frames and counters, frame for frame, through faults."""
+    scenario = record(workers=4, jobs=2, ports=4, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
+                      seed=9)
+    assert scenario["status"] == "done"
+    assert {port for port, _ in scenario["inputs"]} == {0, 1, 2, 3}
+    replay(tmp_path, scenario, "fp32x512p64", idle=0.1, backpressure=0.2, seed=9)
 
 
 def test_faults_512(tmp_path):

@@ -35,7 +35,7 @@ frames out never pause in the middle (docs: "Open items").
 
 import dataclasses
 
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -49,6 +49,7 @@ from ..deparser import RoceDeparser
 from ..egress import ClassJoin, EgressBeat, EgressQueues, FrameClass, check_geometry
 from ..ethernet import EthernetStatus
 from ..fp.adder import check_int
+from ..gearbox import NarrowBeats, WholeFrames, WidenBeats, check_port_width
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
@@ -61,6 +62,8 @@ from .monitor import StatusMonitor
 from .registers import SwitchRegisters
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
+
+STAMP_BITS = 16     # the stamps of whole frames at ports narrower than the core (a frame waits far fewer clocks)
 
 
 class NetReduceSwitch(wiring.Component):
@@ -75,6 +78,10 @@ class NetReduceSwitch(wiring.Component):
     - ``adder_stages``: pipeline depth of each adder of the tree.
 
     - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table);
+    - ``port_width``: the ports' bits (``width`` by default), at most ``width``: each port narrower than the core
+      goes in through ``hw.gearbox.WidenBeats`` and ``WholeFrames`` (a buffer of two of the longest frames),
+      whose whole frames the arbiter takes oldest first, and out through ``NarrowBeats`` (docs/ARCHITECTURE.md,
+      "Ports narrower than the core");
     - ``egress_queues`` Q (1..16) and ``egress_buffer`` (bytes): each port's egress stage
       (``hw.egress.EgressQueues``, MLT's priority queues and drops by class), whose buffer must hold the
       longest frame the switch sends (``max_frame`` plus the longest RoCE headers and ICRC);
@@ -85,16 +92,19 @@ class NetReduceSwitch(wiring.Component):
       whose counters come in on ``ethernet_status[p]`` (``EthernetStatus``, in ``sync``) and read as the register
       map's ``ethernet`` block.
 
-    Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream: tdata, tkeep, tlast, tvalid,
-    tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``; ``ethernet_status[p]`` with ``ethernet``.
+    Ports: ``s_axis[p]``, ``m_axis[p]`` for each port ``p`` (AXI-Stream of ``port_width`` bits: tdata, tkeep,
+    tlast, tvalid, tready; Verilog names ``s_axis__0__tdata`` ...), ``csr``; ``ethernet_status[p]`` with
+    ``ethernet``.
     """
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
                  message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
-                 egress_buffer=16384, egress_weighted=False, management=None, ethernet=False):
+                 egress_buffer=16384, egress_weighted=False, management=None, ethernet=False, port_width=None):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
+        self.port_width = width if port_width is None else port_width
+        self.port_ratio = check_port_width(self.port_width, width)
         for name, value, low, high in (("workers", workers, 1, 16), ("jobs", jobs, 1, 16),
                                        ("message_packets", message_packets, 1, 64),
                                        ("message_slots", message_slots, 1, 64),
@@ -143,8 +153,8 @@ class NetReduceSwitch(wiring.Component):
         self.connections = jobs * workers
         self.slots = jobs * message_slots * message_packets
         super().__init__({
-            "s_axis": In(axi_stream_signature(width)).array(ports),
-            "m_axis": Out(axi_stream_signature(width)).array(ports),
+            "s_axis": In(axi_stream_signature(self.port_width)).array(ports),
+            "m_axis": Out(axi_stream_signature(self.port_width)).array(ports),
             "csr": In(csr_signature()),
             **({"ethernet_status": In(EthernetStatus).array(ports)} if ethernet else {}),
         })
@@ -158,7 +168,7 @@ class NetReduceSwitch(wiring.Component):
                 "forwarding_entries": self.forwarding_entries, "egress_queues": self.egress_queues,
                 "egress_buffer": self.egress_buffer, "egress_weighted": self.egress_weighted,
                 "management": None if self.management is None else dataclasses.asdict(self.management),
-                "ethernet": self.ethernet}
+                "ethernet": self.ethernet, "port_width": self.port_width}
 
     def elaborate(self, platform):
         m = Module()
@@ -186,9 +196,23 @@ class NetReduceSwitch(wiring.Component):
             m.d.comb += [regs.ethernet_status[p].eq(self.ethernet_status[p]) for p in range(self.ports)]
 
         # --- in: the ports' whole frames, round robin, into the parser; each header's connection match ----------
-        m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports)
+        narrow = self.port_ratio > 1
+        m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports, stamp_bits=STAMP_BITS if narrow else 0)
+        if narrow:      # the clock count that stamps each whole frame, for the arbiter's oldest first
+            now = Signal(STAMP_BITS)
+            m.d.sync += now.eq(now + 1)
         for p in range(self.ports):
-            axis_to_frames(m, self.s_axis[p], arbiter.i[p])
+            if not narrow:
+                axis_to_frames(m, self.s_axis[p], arbiter.i[p])
+            else:       # a narrower port: its beats widened, and each frame whole before the arbiter takes it
+                m.submodules[f"widen_{p}"] = widen = WidenBeats(self.port_width, W)
+                m.submodules[f"whole_{p}"] = whole = WholeFrames(W, 2 * -(-self.longest_frame // (W // 8)) + 2,
+                                                                 stamp_bits=STAMP_BITS)
+                axis_to_frames(m, self.s_axis[p], widen.i)
+                wiring.connect(m, widen.o, whole.i)
+                wiring.connect(m, whole.o, arbiter.i[p])
+                m.d.comb += [whole.now.eq(now), arbiter.stamp[p].eq(whole.head_stamp),
+                             arbiter.whole[p].eq(whole.head_whole)]
         m.submodules.parser = parser = RoceParser(W)
         wiring.connect(m, arbiter.o, parser.i)
         m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management)
@@ -267,7 +291,12 @@ class NetReduceSwitch(wiring.Component):
         for p, stage in enumerate(egress):
             m.submodules[f"egress_{p}"] = stage
             wiring.connect(m, router.o[p], stage.i)
-            frames_to_axis(m, stage.o, self.m_axis[p])
+            if self.port_ratio == 1:
+                frames_to_axis(m, stage.o, self.m_axis[p])
+            else:
+                m.submodules[f"narrow_{p}"] = narrow = NarrowBeats(W, self.port_width)
+                wiring.connect(m, stage.o, narrow.i)
+                frames_to_axis(m, narrow.o, self.m_axis[p])
             m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
             m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
 

@@ -18,6 +18,9 @@ def register(subparsers):
     parser = subparsers.add_parser("generate", help="write the Verilog of the switch and a port manifest",
                                    description=__doc__)
     parser.add_argument("--width", type=int, choices=(64, 512), default=64, help="datapath width in bits")
+    parser.add_argument("--port-width", type=int, choices=(64, 128, 256, 512), default=None,
+                        help="the ports' bits, at most --width (default: --width); narrower ports go into the "
+                             "core through whole-frame buffers, so that every port can run at line rate at once")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     add_switch_arguments(parser)
     parser.set_defaults(func=run)
@@ -111,7 +114,8 @@ def run(args):
     except OSError as error:
         raise UserError(f"cannot create {out}: {error.strerror}") from None
     try:
-        top = NetReduceSwitch(width=args.width, ports=args.ports, **switch_arguments(args))
+        top = NetReduceSwitch(width=args.width, ports=args.ports, port_width=args.port_width,
+                              **switch_arguments(args))
     except ValueError as error:
         raise UserError(str(error)) from None
     verilog_path = out / f"{TOP_NAME}.v"
