@@ -1,6 +1,7 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
+        [--narrow-ports 1 2 4]
         [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
@@ -25,6 +26,11 @@
   back-to-back 60-byte frames that the switch only forwards (not RoCE: 8 beats at 64 bits, 1 at 512),
   port p's to a host on port p + 1 (mod P), all ports at once: input and output beats per clock in
   aggregate and per port.
+- Ports narrower than the core (``64b_ports_512b_core``; ``--narrow-ports``, default P = 1, 2, 4): 64-bit
+  ports into the 512-bit core (``NetReduceSwitch(port_width=64, width=512)``, ``hw.gearbox``), the
+  all-reduce over P ports, the smallest frames on every port (P > 1), and back-to-back ACKs of the
+  connections on every port at once, each on its responder's port (``acks``): the same figures, in the
+  ports' beats.
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
@@ -54,7 +60,7 @@ import tempfile
 from pathlib import Path
 
 from netreduce.host.network import CLOCK_NS, ModelEngine, build_allreduce, record_frames
-from netreduce.host.packets import build_roce_frame
+from netreduce.host.packets import build_ack, build_roce_frame
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.tb.harness import run_switch
@@ -105,6 +111,25 @@ def smallest_frames_on_every_port(workers, width, ports):
             frames.append(forwarded_frame(60, 9, on_port[(p + 1) % ports]))
             into.append(p)
     assert all(len(frame) == 60 for frame in frames)
+    return record_frames(network.switch_config, frames, ports=into)
+
+
+def acks_on_every_port(workers, width, ports):
+    """Back-to-back ACKs of registered connections into every one of ``ports`` ports at once, each on its
+    connection's responder port, bound to it (PSN one before its first: it delivers nothing new, and the
+    switch forwards it after its lookup): a recording for ``run_measure(..., ports_at_once=True)``."""
+    network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                                    message_slots=MESSAGE_SLOTS, width=width, ports=ports)
+    by_port = {p: [c for c in network.switch_config.connections if c.responder_port == p] for p in range(ports)}
+    assert all(by_port.values()), "a port with no connection's responder"
+    frames, into = [], []
+    for n in range(FORWARDED_FRAMES):
+        for p in range(ports):
+            conn = by_port[p][n % len(by_port[p])]
+            frames.append(build_ack((conn.start_psn - 1) % (1 << 24), 1, eth_src=conn.responder_mac,
+                                    eth_dst=conn.requester_mac, src_ip=conn.responder_ip, dst_ip=conn.requester_ip,
+                                    dest_qp=conn.requester_qpn, vlan=conn.responder_vlan))
+            into.append(p)
     return record_frames(network.switch_config, frames, ports=into)
 
 
@@ -168,8 +193,9 @@ def measure(width, workers, nbytes, ports):
 
 def measure_narrow_ports(port_width, width, workers, nbytes, ports):
     """Ports of ``port_width`` bits into the core of ``width`` bits (``hw.gearbox``): the sustained all-reduce
-    with the workers spread over the ports, and the smallest frames on every port, as ``ports`` and
-    ``ports_smallest`` measure them (beats are the ports' beats)."""
+    with the workers spread over the ports, the smallest frames on every port (as ``ports`` and
+    ``ports_smallest`` measure them), and back-to-back ACKs of the connections on every port (``acks``);
+    beats are the ports' beats."""
     switch = NetReduceSwitch(width=width, port_width=port_width, workers=workers, jobs=1, ports=ports, mtu=MTU,
                              message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
     result = {"allreduce": port_figures(run_measure(switch, scenario(workers, nbytes, port_width, ports=ports),
@@ -178,6 +204,8 @@ def measure_narrow_ports(port_width, width, workers, nbytes, ports):
         result["smallest"] = port_figures(run_measure(switch, smallest_frames_on_every_port(workers, port_width,
                                                                                             ports),
                                                       workers, ports_at_once=True))
+    result["acks"] = port_figures(run_measure(switch, acks_on_every_port(workers, port_width, ports), workers,
+                                              ports_at_once=True))
     return result
 
 
