@@ -31,6 +31,8 @@
   all-reduce over P ports, the smallest frames on every port (P > 1), and back-to-back ACKs of the
   connections on every port at once, each on its responder's port (``acks``): the same figures, in the
   ports' beats.
+- ACKs on every port (``ports_acks``): for each P of ``ports`` above 1, back-to-back ACKs of the
+  connections into every port at once, each on its responder's port (as ``acks`` above).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
@@ -188,7 +190,15 @@ def measure(width, workers, nbytes, ports):
     result["ports"] = {count: port_figures(result) if count == 1 else measure_ports(width, workers, nbytes, count)
                        for count in ports}
     result["ports_smallest"] = {count: measure_smallest(width, workers, count) for count in ports if count > 1}
+    result["ports_acks"] = {count: measure_acks(width, workers, count) for count in ports if count > 1}
     return result
+
+
+def measure_acks(width, workers, ports):
+    """``acks_on_every_port`` through the ``ports``-port switch: aggregate and per-port rates."""
+    switch = NetReduceSwitch(width=width, workers=workers, jobs=1, ports=ports, mtu=MTU,
+                             message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
+    return port_figures(run_measure(switch, acks_on_every_port(workers, width, ports), workers, ports_at_once=True))
 
 
 def measure_narrow_ports(port_width, width, workers, nbytes, ports):
