@@ -12,7 +12,9 @@ is no such FIFO and ``frame_port`` is never valid (a merge of frame streams need
 ``stamp_bits`` the ports hold whole frames (``hw.gearbox.WholeFrames``) and the arbiter takes them oldest
 first instead of round robin: between frames, of the ports with a valid beat, one whose head frame is not
 whole (``whole[p]`` low: a frame longer than its buffer, cut through) first, else the one whose ``stamp[p]``
-(the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port.
+(the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port. That choice is
+made a clock ahead, into a register: a frame waits at least a clock after it is offered, and the next one
+starts in the clock after a frame's last beat.
 
 ``FrameRouter(width, ports, beat=None)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's
 first beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of
@@ -61,9 +63,19 @@ class FrameArbiter(wiring.Component):
         after = Signal(range(P))            # round robin: search from the port after the last one served
         chosen = Signal(range(P))
         m.d.comb += chosen.eq(owner)
+        may_start = Const(1)
         with m.If(~holding):
             if self.stamp_bits:
-                m.d.comb += chosen.eq(self._oldest(m))
+                # the oldest port is chosen a clock ahead, into a register (its comparisons are too deep
+                # for the clock that starts the frame), among the ports with a frame waiting that is not
+                # being taken now: the frame in the clock after a frame's last beat starts without a gap
+                choice, choice_valid = Signal(range(P)), Signal()
+                transfer = self.o.valid & self.o.ready
+                eligible = [self.i[p].valid & ~(transfer & (chosen == p)) for p in range(P)]
+                oldest, any_eligible = self._oldest(m, eligible)
+                m.d.sync += [choice.eq(oldest), choice_valid.eq(any_eligible)]
+                m.d.comb += chosen.eq(choice)
+                may_start = choice_valid
             else:
                 # the first port with a valid beat in the order after, after+1, ... (later matches win)
                 for offset in reversed(range(P)):
@@ -74,12 +86,12 @@ class FrameArbiter(wiring.Component):
         if P > 1 and self.frame_ports:
             m.submodules.frame_ports = frame_ports = SyncFIFOBuffered(width=len(self.frame_port.payload),
                                                                       depth=FRAME_PORTS_DEPTH)
-            may_go = holding | frame_ports.w_rdy
+            may_go = holding | (frame_ports.w_rdy & may_start)
             m.d.comb += [frame_ports.w_en.eq(self.o.valid & self.o.ready & ~holding), frame_ports.w_data.eq(chosen),
                          self.frame_port.valid.eq(frame_ports.r_rdy), self.frame_port.payload.eq(frame_ports.r_data),
                          frame_ports.r_en.eq(self.frame_port.ready)]
         else:
-            may_go = Const(1)
+            may_go = holding | may_start
             m.d.comb += [self.frame_port.valid.eq(self.frame_ports), self.frame_port.payload.eq(0)]
         for p in range(P):
             with m.If(chosen == p):
@@ -92,13 +104,14 @@ class FrameArbiter(wiring.Component):
                 m.d.sync += after.eq(Mux(chosen == P - 1, 0, chosen + 1))
         return m
 
-    def _oldest(self, m):
-        """The port of the oldest head frame among the valid ports (the module's docstring), port by port."""
+    def _oldest(self, m, eligible):
+        """The port of the oldest head frame among the ``eligible`` ports (the module's docstring), port by
+        port, and whether there is one."""
         half = 1 << (self.stamp_bits - 1)
         best, best_valid = Const(0, range(self.ports)), Const(0)
         best_whole, best_stamp = Const(1), Const(0, self.stamp_bits)
         for p in range(self.ports):
-            valid, whole, stamp = self.i[p].valid, self.whole[p], self.stamp[p]
+            valid, whole, stamp = eligible[p], self.whole[p], self.stamp[p]
             older = (best_whole & ~whole) | (best_whole & whole & ((best_stamp - stamp)[:self.stamp_bits] >= 1)
                                              & ((best_stamp - stamp)[:self.stamp_bits] < half))
             take = valid & (~best_valid | older)
@@ -107,7 +120,7 @@ class FrameArbiter(wiring.Component):
             m.d.comb += [names[0].eq(Mux(take, p, best)), names[1].eq(best_valid | valid),
                          names[2].eq(Mux(take, whole, best_whole)), names[3].eq(Mux(take, stamp, best_stamp))]
             best, best_valid, best_whole, best_stamp = names
-        return best
+        return best, best_valid
 
 
 class FrameRouter(wiring.Component):
