@@ -112,8 +112,8 @@ class FrameArbiter(wiring.Component):
         best_whole, best_stamp = Const(1), Const(0, self.stamp_bits)
         for p in range(self.ports):
             valid, whole, stamp = eligible[p], self.whole[p], self.stamp[p]
-            older = (best_whole & ~whole) | (best_whole & whole & ((best_stamp - stamp)[:self.stamp_bits] >= 1)
-                                             & ((best_stamp - stamp)[:self.stamp_bits] < half))
+            ahead = (best_stamp - stamp)[:self.stamp_bits]      # how much earlier this port's frame was whole
+            older = best_whole & (~whole | ((ahead >= 1) & (ahead < half)))
             take = valid & (~best_valid | older)
             names = [Signal(range(self.ports), name=f"oldest_{p}"), Signal(name=f"oldest_valid_{p}"),
                      Signal(name=f"oldest_whole_{p}"), Signal(self.stamp_bits, name=f"oldest_stamp_{p}")]

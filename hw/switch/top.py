@@ -3,7 +3,8 @@
 The behaviour is the contract of docs/ARCHITECTURE.md ("Aggregation (the NetReduce switch)"), from which
 the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 
-1. *in*: ``hw.ports.FrameArbiter`` takes whole frames from the ``ports`` input ports, round robin, into the
+1. *in*: ``hw.ports.FrameArbiter`` takes whole frames from the ``ports`` input ports (round robin; oldest first
+   from ports narrower than the core, each frame held whole by ``hw.gearbox.WholeFrames``) into the
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
    share one port's worth; docs "Open items"); ``hw.parser.RoceParser`` gives each frame's header record,
    then its payload stream with the verdicts; ``match.ConnectionMatch`` matches each header to its
@@ -150,7 +151,6 @@ class NetReduceSwitch(wiring.Component):
         except ValueError as error:
             raise ValueError(f"egress stage (egress_queues, egress_buffer): {error}") from None
         self.packet_beats = -(-mtu // self.beat_bytes)
-        self.connections = jobs * workers
         self.slots = jobs * message_slots * message_packets
         super().__init__({
             "s_axis": In(axi_stream_signature(self.port_width)).array(ports),
