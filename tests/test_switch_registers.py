@@ -19,6 +19,7 @@ from netreduce.registers import (
     ETHERNET_COUNTERS,
     address,
     block,
+    check_map,
     counter_address,
     instances,
     register_writes,
@@ -180,6 +181,68 @@ def test_a_boards_mac_counters_read_at_their_ports_addresses():
             ctx.set(dut.csr.addr, address("ethernet", p, name))
             await ctx.tick()
             assert ctx.get(dut.csr.rdata) == value, (p, name)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_only_read_only_words_read_back_and_every_other_address_reads_0():
+    """A read gives the read-only register at its address and 0 at every other address: a writable word,
+    an unmapped word beside a read-only one, and a random sample of the rest of the address space (the read
+    decides only on the address bits that tell read-only words apart, so the others must still be checked)."""
+    rng = random.Random(11)
+    stage = egress_template()
+    dut = SwitchRegisters(jobs=JOBS, workers=WORKERS, forwarding_entries=ENTRIES, mtu=MTU, increment_bits=3,
+                          egress=stage, ports=PORTS, ethernet=True)
+    owner = check_map(dut.parameters)
+    expected = {}           # address -> the value the read must give
+    inputs = []             # (signal, value) to set
+
+    def read_only(at, signal, value):
+        expected[at] = value
+        if signal is not None:
+            inputs.append((signal, value))
+
+    for p in range(PORTS):
+        for name in ETHERNET_COUNTERS:
+            read_only(address("ethernet", p, name), dut.ethernet_status[p][name], rng.randrange(1, 1 << 32))
+        for name in ("drops_threshold", "drops_full", "frames_out", "bytes_out"):
+            for c in range(CLASSES):
+                read_only(address("egress", p, f"{name}{c}"), dut.egress_status[p][name][c],
+                          rng.randrange(1, 1 << 32))
+        for q in range(QUEUES):
+            read_only(address("egress", p, f"high_water{q}"), dut.egress_status[p].high_water[q],
+                      rng.randrange(1, 1 << 32))
+        for name in ("drops_oversize", "occupancy"):
+            read_only(address("egress", p, name), dut.egress_status[p][name], rng.randrange(1, 1 << 9))
+    for i, name in enumerate(COUNTERS):
+        read_only(counter_address(name), None, i + 1)      # counter i counts i + 1 increments of one
+    readable = set(expected)
+    for at in owner:
+        expected.setdefault(at, 0)          # a writable word, and the egress block's absent high-water marks
+    for at in readable:
+        for beside in (at - 1, at + 1):
+            expected.setdefault(beside % (1 << 16), 0)
+    for at in rng.sample(range(1 << 16), 300):
+        expected.setdefault(at, 0)
+    assert len(readable) > 150 and len(expected) > 2 * len(readable)
+
+    async def bench(ctx):
+        for signal, value in inputs:
+            ctx.set(signal, value)
+        for step in range(len(COUNTERS)):
+            for i, name in enumerate(COUNTERS):
+                ctx.set(dut.increments[name], int(step <= i))
+            await ctx.tick()
+        for name in COUNTERS:
+            ctx.set(dut.increments[name], 0)
+        await ctx.tick().repeat(2)
+        for at, value in sorted(expected.items()):
+            ctx.set(dut.csr.addr, at)
+            await ctx.tick()
+            assert ctx.get(dut.csr.rdata) == value, hex(at)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
