@@ -27,11 +27,12 @@ Configuration (inputs, with the default map of ``netreduce.egress`` as their ini
 (64 class numbers, one per DSCP), ``class_table`` (per class: ``queue``, ``droppable``, ``threshold``),
 and with ``weighted``: ``scheduling`` (``Scheduling.STRICT``/``WEIGHTED``) and ``quantum`` (per queue,
 beats). Status and counters (outputs, counters 32 bits, wrapping): ``occupancy`` (beats in the buffer),
-``drops_threshold[c]``, ``drops_full[c]``, ``drops_oversize``, ``frames_out[c]``, ``bytes_out[c]``,
-``high_water[q]`` (beats).
+``drops_oversize``, ``high_water[q]`` (beats), and the counters kept per class c, ``drops_threshold``,
+``drops_full``, ``frames_out`` and ``bytes_out`` (``CLASS_COUNTERS``): in distributed RAM, one word per class,
+read at ``counter_read`` (``n * CLASSES + c`` for the n-th kind) on ``counter_value`` in the same clock.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -51,13 +52,16 @@ from ..egress import (
     default_dscp_classes,
     default_quanta,
 )
+from ..registers import EGRESS_COUNTERS
 from .fp.adder import check_int
 from .stream import FrameBeat, check_width, frame_stream
 
-__all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "MAX_QUEUES", "OUT_DEPTH",
-           "check_geometry"]
+__all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS", "MAX_QUEUES",
+           "OUT_DEPTH", "check_geometry"]
 
 MAX_CELL_BEATS = 64
+# the counters kept per class, in the register map's order, which ``counter_read`` follows
+CLASS_COUNTERS = tuple(EGRESS_COUNTERS)
 OUT_DEPTH = 4               # beats read from the buffer and not yet taken from ``o``: the output FIFO
 COUNTER_BITS = 32
 CLASS_BITS = ceil_log2(CLASSES)
@@ -178,8 +182,7 @@ class EgressQueues(wiring.Component):
     """
 
     CONFIG = ("dscp_class", "class_table", "scheduling", "quantum")
-    STATUS = ("occupancy", "drops_threshold", "drops_full", "drops_oversize", "frames_out", "bytes_out",
-              "high_water")
+    STATUS = ("occupancy", "counter_value", "drops_oversize", "high_water")
 
     def __init__(self, width, *, queues=4, depth_beats=None, max_frame=9216, cell_beats=None, weighted=True):
         try:
@@ -217,11 +220,9 @@ class EgressQueues(wiring.Component):
                                     init=list(default_quanta(self.queues, self.max_frame_beats)))
         members.update({
             "occupancy": Out(range(self.depth_beats + 1)),
-            "drops_threshold": Out(data.ArrayLayout(COUNTER_BITS, CLASSES)),
-            "drops_full": Out(data.ArrayLayout(COUNTER_BITS, CLASSES)),
+            "counter_read": In(range(len(CLASS_COUNTERS) * CLASSES)),
+            "counter_value": Out(COUNTER_BITS),
             "drops_oversize": Out(COUNTER_BITS),
-            "frames_out": Out(data.ArrayLayout(COUNTER_BITS, CLASSES)),
-            "bytes_out": Out(data.ArrayLayout(COUNTER_BITS, CLASSES)),
             "high_water": Out(data.ArrayLayout(COUNTER_BITS, self.queues)),
         })
         super().__init__(members)
@@ -520,18 +521,27 @@ class EgressQueues(wiring.Component):
         with m.If(oversize_dropped):
             m.d.sync += oversize.eq(oversize + 1)
         m.d.comb += self.drops_oversize.eq(oversize)
-        for c in range(CLASSES):
-            counters = {name: Signal(COUNTER_BITS, name=f"{name}{c}")
-                        for name in ("drops_threshold", "drops_full", "frames_out", "bytes_out")}
-            with m.If((drop == DropReason.THRESHOLD) & (drop_cls == c)):
-                m.d.sync += counters["drops_threshold"].eq(counters["drops_threshold"] + 1)
-            with m.If((drop == DropReason.FULL) & (drop_cls == c)):
-                m.d.sync += counters["drops_full"].eq(counters["drops_full"] + 1)
-            with m.If(out_event & (out_cls == c)):
-                m.d.sync += [counters["bytes_out"].eq(counters["bytes_out"] + out_bytes),
-                             counters["frames_out"].eq(counters["frames_out"] + out_last)]
-            for name, counter in counters.items():
-                m.d.comb += getattr(self, name)[c].eq(counter)
+        # the per-class counters: one memory per kind, a word per class, each counted by a read, an add and a
+        # write in one clock (the read is asynchronous: distributed RAM), and read at ``counter_read``
+        events = {"drops_threshold": (drop == DropReason.THRESHOLD, drop_cls, 1),
+                  "drops_full": (drop == DropReason.FULL, drop_cls, 1),
+                  "frames_out": (out_event, out_cls, out_last),
+                  "bytes_out": (out_event, out_cls, out_bytes)}
+        assert tuple(events) == CLASS_COUNTERS
+        kind = Signal(range(len(CLASS_COUNTERS)))
+        cls = Signal(CLASS_BITS)
+        for n in range(len(CLASS_COUNTERS)):
+            with m.If((self.counter_read >= n * CLASSES) & (self.counter_read < (n + 1) * CLASSES)):
+                m.d.comb += [kind.eq(n), cls.eq(self.counter_read - n * CLASSES)]
+        values = []
+        for name, (event, event_cls, amount) in events.items():
+            m.submodules[f"{name}_memory"] = memory = Memory(shape=COUNTER_BITS, depth=CLASSES, init=[])
+            counted, shown, write = (memory.read_port(domain="comb"), memory.read_port(domain="comb"),
+                                     memory.write_port())
+            m.d.comb += [counted.addr.eq(event_cls), write.addr.eq(event_cls), write.en.eq(event),
+                         write.data.eq(counted.data + amount), shown.addr.eq(cls)]
+            values.append(shown.data)
+        m.d.comb += self.counter_value.eq(Array(values)[kind])
         return m
 
 

@@ -38,7 +38,7 @@ from netreduce.egress import (
     lossy_class,
     lossy_dscp,
 )
-from netreduce.hw.egress import ClassJoin, EgressQueues
+from netreduce.hw.egress import CLASS_COUNTERS, ClassJoin, EgressQueues
 from netreduce.sim.amaranth_streams import shared_simulator
 from netreduce.sim.egress_model import EgressModel, InBeat
 
@@ -188,8 +188,11 @@ class Run:
             else:
                 raise AssertionError(f"not done after {max_clocks} clocks")
             self.clocks = clock + 1
-            for name in ("drops_threshold", "drops_full", "frames_out", "bytes_out"):
-                self.counters[name] = [ctx.get(getattr(dut, name)[c]) for c in range(CLASSES)]
+            for n, name in enumerate(CLASS_COUNTERS):
+                self.counters[name] = []
+                for c in range(CLASSES):
+                    ctx.set(dut.counter_read, n * CLASSES + c)
+                    self.counters[name].append(ctx.get(dut.counter_value))
             self.counters["drops_oversize"] = ctx.get(dut.drops_oversize)
             self.counters["high_water"] = [ctx.get(dut.high_water[q]) for q in range(dut.queues)]
             self.counters["occupancy"] = ctx.get(dut.occupancy)

@@ -23,7 +23,7 @@ from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import ControlMessage, build_control_frame, ip_to_int, mac_to_int
 from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.stream import ParsedHeader
-from netreduce.hw.switch.emitter import OWN_BYTES, Emission, Emitter, HeaderEntry
+from netreduce.hw.switch.emitter import OWN_BYTES, Emission, Emitter
 from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
 from netreduce.registers import vlan_word
 from netreduce.sim.amaranth_streams import send_records
@@ -61,11 +61,14 @@ class Bench(Elaboratable):
         e = m.submodules.emitter = self.emitter
         d = m.submodules.deparser = self.deparser
         m.submodules.ring = ring = Memory(shape=e.StoredBeat, depth=1 << e.ring_bits, init=self.ring)
-        m.submodules.store = store = Memory(shape=HeaderEntry, depth=SLOTS * WORKERS, init=self.store)
+        m.submodules.store = store = Memory(shape=ParsedHeader, depth=SLOTS * WORKERS,
+                                            init=[entry.get("header", {}) for entry in self.store])
+        m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=SLOTS * WORKERS,
+                                                    init=[entry["own"] for entry in self.store])
         m.submodules.results = results = Memory(shape=e.width, depth=2 * SLOTS * e.packet_beats, init=self.results)
         wiring.connect(m, e.ring, ring.read_port())
         wiring.connect(m, e.store_header, store.read_port())
-        wiring.connect(m, e.store_own, store.read_port())
+        wiring.connect(m, e.store_own, own_store.read_port())
         word = results.read_port()
         m.d.comb += [word.en.eq(e.results.en), word.addr.eq(e.results.result_slot * e.packet_beats + e.results.beat),
                      e.results.data.eq(word.data)]

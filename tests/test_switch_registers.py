@@ -16,6 +16,7 @@ from netreduce.hw.egress import EgressQueues
 from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import (
     COUNTERS,
+    EGRESS_COUNTERS,
     ETHERNET_COUNTERS,
     address,
     block,
@@ -31,6 +32,7 @@ from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 from references import write_registers
 
 JOBS, WORKERS, ENTRIES, MTU = 2, 2, 4, 1024
+EGRESS_NAMES = tuple(EGRESS_COUNTERS)       # the counters each egress stage keeps per class
 PORTS, QUEUES = 2, 3
 
 
@@ -53,6 +55,21 @@ def config():
                         connections=connections)
 
 
+def class_counter_stages(dut, values):
+    """A background testbench that stands for every port's egress stage: it shows on
+    ``egress_status[p].counter_value`` the per-class counter that ``egress_counter_read`` names, in the same
+    clock (``values``: ``{(p, name, c): value}``)."""
+    async def stages(ctx):
+        index = ctx.get(dut.egress_counter_read)
+        while True:
+            kind, c = divmod(index, CLASSES)
+            name = EGRESS_NAMES[kind] if kind < len(EGRESS_NAMES) else None
+            for p in range(len(dut.egress_status)):
+                ctx.set(dut.egress_status[p].counter_value, values.get((p, name, c), 0))
+            (index,) = await ctx.changed(dut.egress_counter_read)
+    return stages
+
+
 def test_configuration_comes_out_field_for_field_and_counters_add():
     cfg = config()
     rng = random.Random(2)
@@ -62,8 +79,7 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
     egress_writes = (register_writes("egress", 1, dscp5_class=7, class2_queue=9, class2_droppable=0,
                                      class2_threshold=300, scheduling=1, quantum1=100, quantum9=55)
                      + register_writes("egress", 0, class18_queue=1))
-    status = {(p, name, i): rng.getrandbits(32) for p in range(PORTS)
-              for name in ("drops_threshold", "drops_full", "frames_out", "bytes_out") for i in range(CLASSES)}
+    status = {(p, name, i): rng.getrandbits(32) for p in range(PORTS) for name in EGRESS_NAMES for i in range(CLASSES)}
     status.update({(p, "high_water", q): rng.getrandbits(32) for p in range(PORTS) for q in range(QUEUES)})
     status.update({(p, name, None): rng.getrandbits(9) for p in range(PORTS) for name in ("drops_oversize",
                                                                                          "occupancy")})
@@ -75,7 +91,8 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
         for p in range(PORTS):
             assert ctx.get(dut.egress[p]) == ctx.get(dut.egress[p]).shape().const(stage.config_init)
         for (p, name, i), value in status.items():
-            ctx.set(dut.egress_status[p][name] if i is None else dut.egress_status[p][name][i], value)
+            if name not in EGRESS_NAMES:
+                ctx.set(dut.egress_status[p][name] if i is None else dut.egress_status[p][name][i], value)
         await write_registers(ctx, dut.csr, switch_config_writes(cfg, WORKERS) + egress_writes)
         for step in range(5):
             for name in COUNTERS:
@@ -138,6 +155,7 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.add_process(watch)
+    sim.add_testbench(class_counter_stages(dut, status), background=True)
     sim.run()
     assert pulses == {"job": [1] * JOBS, "connection": [1] * (JOBS * WORKERS)}
 
@@ -199,6 +217,7 @@ def test_only_read_only_words_read_back_and_every_other_address_reads_0():
     owner = check_map(dut.parameters)
     expected = {}           # address -> the value the read must give
     inputs = []             # (signal, value) to set
+    class_counters = {}     # (p, name, c): value, shown by the stand-in stages
 
     def read_only(at, signal, value):
         expected[at] = value
@@ -208,10 +227,10 @@ def test_only_read_only_words_read_back_and_every_other_address_reads_0():
     for p in range(PORTS):
         for name in ETHERNET_COUNTERS:
             read_only(address("ethernet", p, name), dut.ethernet_status[p][name], rng.randrange(1, 1 << 32))
-        for name in ("drops_threshold", "drops_full", "frames_out", "bytes_out"):
+        for name in EGRESS_NAMES:
             for c in range(CLASSES):
-                read_only(address("egress", p, f"{name}{c}"), dut.egress_status[p][name][c],
-                          rng.randrange(1, 1 << 32))
+                read_only(address("egress", p, f"{name}{c}"), None, rng.randrange(1, 1 << 32))
+                class_counters[p, name, c] = expected[address("egress", p, f"{name}{c}")]
         for q in range(QUEUES):
             read_only(address("egress", p, f"high_water{q}"), dut.egress_status[p].high_water[q],
                       rng.randrange(1, 1 << 32))
@@ -247,4 +266,5 @@ def test_only_read_only_words_read_back_and_every_other_address_reads_0():
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
+    sim.add_testbench(class_counter_stages(dut, class_counters), background=True)
     sim.run()

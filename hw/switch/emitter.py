@@ -133,8 +133,8 @@ class Emitter(wiring.Component):
             "results": Out(result_read_signature(width, slots, packet_beats)),
             "ring": In(ReadPort.Signature(addr_width=self.ring_bits, shape=self.StoredBeat)),
             "ring_read": Out(self.ring_bits + 1),
-            "store_header": In(ReadPort.Signature(addr_width=store_bits, shape=HeaderEntry)),
-            "store_own": In(ReadPort.Signature(addr_width=store_bits, shape=HeaderEntry)),
+            "store_header": In(ReadPort.Signature(addr_width=store_bits, shape=ParsedHeader)),
+            "store_own": In(ReadPort.Signature(addr_width=store_bits, shape=8 * OWN_BYTES)),
             "hdr": Out(stream.Signature(ParsedHeader)),
             "classes": Out(stream.Signature(FrameClass)),
             "payload": Out(stream.Signature(PayloadBeat(width))),
@@ -264,7 +264,7 @@ class Emitter(wiring.Component):
             m.d.sync += issued.own.eq(d.own)
         word = Signal(PayloadBeat(W))
         result_data = Signal(W)
-        own_bytes = Mux(issued.kind == DUPLICATE, issued.own, own_r.data.own)
+        own_bytes = Mux(issued.kind == DUPLICATE, issued.own, own_r.data)
         m.d.comb += result_data.eq(read.data)
         with m.If(issued.overlay):
             for lane in range(min(B, OWN_BYTES)):
@@ -334,7 +334,7 @@ class Emitter(wiring.Component):
                 m.d.comb += store_read.eq(1)
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
-                m.d.comb += [h_valid.eq(1), record.eq(hs_r.data.header)]
+                m.d.comb += [h_valid.eq(1), record.eq(hs_r.data)]
                 with m.If(h_desc.lossy):
                     # a bounded-loss result: the template addressed from the worker's requester to its
                     # responder, with the connection's next PSN, the responder's R_Key and the bitmap

@@ -8,7 +8,9 @@ for the state that the enable resets.
 
 Each port's egress stage (``hw.egress.EgressQueues``) takes its configuration from ``egress[p]`` and shows
 its counters through ``egress_status[p]`` (the register map's ``egress`` block); the reset values are the
-stage's own (the default map of ``netreduce.egress``).
+stage's own (the default map of ``netreduce.egress``). Its per-class counters are in its own memory: every
+stage is told on ``egress_counter_read`` which of them the register port's address names, and shows it on
+``egress_status[p].counter_value``.
 
 On a board (``ethernet``), each port's MAC counters (``hw.ethernet.EthernetPort``, already in ``sync``)
 come in through ``ethernet_status[p]`` and read as the register map's ``ethernet`` block.
@@ -21,9 +23,10 @@ event runs into a 32-bit adder. A read of a counter's address shows it the clock
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ...egress import CLASSES, DSCPS, MAX_QUEUES
-from ...registers import COUNTERS, EGRESS_COUNTERS, ETHERNET_COUNTERS, SWITCH
+from ...registers import COUNTERS, EGRESS, EGRESS_COUNTERS, ETHERNET_COUNTERS, SWITCH
 from ..csr import csr_signature, decode_registers
 from ..ethernet import EthernetStatus
 
@@ -84,6 +87,7 @@ class SwitchRegisters(wiring.Component):
             "counters": Out(data.ArrayLayout(COUNTER_BITS, len(COUNTERS))),
             "egress": Out(data.ArrayLayout(egress.config_layout, ports), init=[egress.config_init] * ports),
             "egress_status": In(data.ArrayLayout(egress.status_layout, ports)),
+            "egress_counter_read": Out(egress.counter_read.shape()),
             **({"ethernet_status": In(data.ArrayLayout(EthernetStatus, ports))} if ethernet else {}),
         })
 
@@ -142,7 +146,9 @@ class SwitchRegisters(wiring.Component):
                 targets[f"egress.class{c}_{name}"] = [config[p].class_table[c][name] for p in range(P)]
             transforms[f"egress.class{c}_queue"] = lambda word: Mux(word > Q - 1, Q - 1, word)
             for name in EGRESS_COUNTERS:
-                readable[f"egress.{name}{c}"] = [status[p][name][c] for p in range(P)]
+                # every port's stage shows the counter that the address names (``egress_counter_read``), so
+                # the read tree's leaves for them are one value
+                readable[f"egress.{name}{c}"] = [status[p].counter_value for p in range(P)]
         weighted = "scheduling" in self.egress_config_members
         targets["egress.scheduling"] = [config[p].scheduling if weighted else Signal(name=f"no_scheduling_{p}")
                                         for p in range(P)]
@@ -152,3 +158,5 @@ class SwitchRegisters(wiring.Component):
             readable[f"egress.high_water{q}"] = [status[p].high_water[q] if q < Q else 0 for p in range(P)]
         for name in ("drops_oversize", "occupancy"):
             readable[f"egress.{name}"] = [status[p][name] for p in range(P)]
+        first = EGRESS.register(f"{next(iter(EGRESS_COUNTERS))}0").offset
+        m.d.comb += self.egress_counter_read.eq(self.csr.addr[:exact_log2(EGRESS.stride)] - first)

@@ -54,8 +54,16 @@ from ..gearbox import NarrowBeats, WholeFrames, WidenBeats, check_port_width
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
-from ..stream import axi_stream_signature, axis_to_frames, check_width, fifo_to_stream, frames_to_axis, stream_to_fifo
-from .emitter import Emitter, HeaderEntry
+from ..stream import (
+    ParsedHeader,
+    axi_stream_signature,
+    axis_to_frames,
+    check_width,
+    fifo_to_stream,
+    frames_to_axis,
+    stream_to_fifo,
+)
+from .emitter import OWN_BYTES, Emitter
 from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
@@ -247,14 +255,20 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.emitter = emitter = Emitter(width=W, workers=N, jobs=J, message_slots=self.message_slots,
                                                  slots=S, packet_beats=self.packet_beats, max_frame=self.max_frame)
         m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[])
-        m.submodules.header_store = header_store = Memory(shape=HeaderEntry, depth=S * N, init=[])
+        # the header store in two memories, each with the one read port that reads it (a memory of whole
+        # entries would be copied whole for each of its two read ports)
+        m.submodules.header_store = header_store = Memory(shape=ParsedHeader, depth=S * N, init=[])
+        m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=S * N, init=[])
         wiring.connect(m, monitor.ring_write, ring.write_port())
-        wiring.connect(m, monitor.store_write, header_store.write_port())
+        for store, part in ((header_store, monitor.store_write.data.header), (own_store, monitor.store_write.data.own)):
+            write = store.write_port()
+            m.d.comb += [write.en.eq(monitor.store_write.en), write.addr.eq(monitor.store_write.addr),
+                         write.data.eq(part)]
         wiring.connect(m, monitor.descriptors, emitter.descriptors)
         wiring.connect(m, monitor.headers, emitter.headers)
         wiring.connect(m, emitter.ring, ring.read_port())
         wiring.connect(m, emitter.store_header, header_store.read_port())
-        wiring.connect(m, emitter.store_own, header_store.read_port())
+        wiring.connect(m, emitter.store_own, own_store.read_port())
         wiring.connect(m, emitter.results, slots.read[0])
         wiring.connect(m, slots.sum_done, emitter.sum_done)
         m.d.comb += [monitor.ring_read.eq(emitter.ring_read), emitter.sent.eq(monitor.sent),
@@ -299,6 +313,7 @@ class NetReduceSwitch(wiring.Component):
                 frames_to_axis(m, narrow.o, self.m_axis[p])
             m.d.comb += [getattr(stage, name).eq(regs.egress[p][name]) for name in stage.config_layout.members]
             m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
+            m.d.comb += stage.counter_read.eq(regs.egress_counter_read)
 
         # --- the counters: the monitor's, and the frames out (of the emitter and the management agent) -----------
         for name in COUNTERS:
