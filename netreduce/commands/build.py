@@ -85,6 +85,7 @@ def _tool_environment():
 
 def run(args):
     from ..hw.boards import BOARDS, SwitchOnBoard
+    from ..synth import AFTER_READ
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder")
@@ -105,7 +106,7 @@ def run(args):
     what = "the loopback image" if args.loopback else "the switch"
     print(f"elaborating {what} for {args.board} ({top.board.ports} ports, switch clock "
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
-    plan = platform.prepare(top, name=name,
+    plan = platform.prepare(top, name=name, script_after_read=AFTER_READ,   # netreduce.synth: a Yosys bug
                             nextpnr_opts=f"--report report.json --seed {args.seed} --placer {args.placer} "
                                          f"--router {args.router}")
     out.mkdir(parents=True, exist_ok=True)
