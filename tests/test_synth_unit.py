@@ -111,3 +111,22 @@ def test_a_board_build_that_does_not_fit_stops_after_packing(tmp_path, monkeypat
     assert "TRELLIS_FF" not in str(error.value)
     assert not (out / "placed").exists() and not (out / "packed").exists()
     assert build.overfull({"utilization": {"DP16KD": {"available": 108, "used": 108}}}) == []
+
+
+def test_a_long_step_says_where_it_is_and_a_failing_one_what_it_printed(tmp_path):
+    """A tool that runs for a while is shown with the last line of its log (here every 0.5 s, the output
+    not being a terminal), then its time; a tool that fails raises with the lines it printed."""
+    import io
+    import subprocess
+
+    from netreduce.commands.build import run_step
+    said = io.StringIO()
+    seconds = run_step("placing", "echo 'Info: iter=7 wirelen=312199' > tool.log; sleep 1.6", tmp_path,
+                       dict(os.environ), tmp_path / "tool.log", every=0.5, stream=said)
+    lines = said.getvalue().splitlines()
+    assert lines[0] == "placing ..." and lines[-1] == f"placing: {seconds} s" and seconds >= 1.6
+    assert any(line.endswith("s: iter=7 wirelen=312199") for line in lines[1:-1]), lines
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        run_step("routing", "echo one; echo 'ERROR: no route'; exit 3", tmp_path, dict(os.environ),
+                 stream=io.StringIO())
+    assert failed.value.returncode == 3 and failed.value.output == "one\nERROR: no route"

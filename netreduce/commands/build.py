@@ -13,6 +13,7 @@ the board's switch is configured in-band only, so ``--manager-mac`` and ``--mana
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 from ..cli import UserError
 from .generate import add_switch_arguments, switch_arguments
 
-__all__ = ["register", "run", "BOARD_DEFAULTS", "summarize_report", "overfull"]
+__all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "summarize_report", "overfull"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (59 % of the LUTs before packing), not the Versa's LFE5UM-45F
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
@@ -63,6 +64,54 @@ def summarize_report(report):
               for name, value in report.get("fmax", {}).items()}
     used = {cell: value for cell, value in report.get("utilization", {}).items() if value.get("used")}
     return {"clocks": clocks, "utilisation": used}
+
+
+PROGRESS_SECONDS = 60      # how often a long step says where it is when the output is not a terminal
+
+
+def run_step(title, command, cwd, env, log=None, *, every=PROGRESS_SECONDS, stream=None):
+    """Run one tool of the flow (a shell command in ``cwd``) and return its time in seconds. While it runs,
+    say how long it has run and the last line of its log (``log``: Yosys's or nextpnr's, where the placer's
+    and the router's iterations go): rewritten in place on a terminal, else a line every ``every`` seconds.
+    A tool that fails raises ``subprocess.CalledProcessError`` with the last 15 lines it printed."""
+    stream = stream or sys.stdout
+    terminal = stream.isatty()
+    print(f"{title} ...", end="" if terminal else "\n", file=stream, flush=True)
+    begun = said = time.monotonic()
+    with open(Path(cwd) / "step.out", "w+") as output:
+        process = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                process.wait(timeout=min(1.0, every / 2))
+                break
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                where = _last_line(log)
+                if terminal:
+                    print(f"\r{title} ... {now - begun:.0f} s  {where[:80]}\033[K", end="", file=stream, flush=True)
+                elif now - said >= every:
+                    print(f"  {now - begun:.0f} s: {where[:100]}", file=stream, flush=True)
+                    said = now
+        output.seek(0)
+        printed = output.read()
+    seconds = round(time.monotonic() - begun, 1)
+    print(f"\r{title} ... {seconds} s\033[K" if terminal else f"{title}: {seconds} s", file=stream, flush=True)
+    if process.returncode != 0:
+        tail = "\n".join(printed.strip().splitlines()[-15:])
+        raise subprocess.CalledProcessError(process.returncode, command, output=tail)
+    return seconds
+
+
+def _last_line(log):
+    """The last line of a tool's log so far, without nextpnr's ``Info:`` ('' if there is none yet)."""
+    try:
+        with open(log, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - 4096))
+            lines = file.read().decode(errors="replace").strip().splitlines()
+    except (OSError, TypeError):
+        return ""
+    return lines[-1].removeprefix("Info:").strip() if lines else ""
 
 
 def overfull(report):
@@ -121,15 +170,13 @@ def run(args):
     steps = {"elaboration_s": round(time.monotonic() - started, 1)}
     script = (out / f"build_{name}.sh").read_text().splitlines()
 
-    def step(title, command, key):
-        print(f"{title} ...", end=" ", flush=True)
-        begun = time.monotonic()
-        result = subprocess.run(command, shell=True, cwd=out, env=env, capture_output=True, text=True)
-        steps[key] = round(time.monotonic() - begun, 1)
-        print(f"{steps[key]} s", flush=True)
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-            raise UserError(f"{title} failed (logs in {out}):\n{tail}")
+    logs = {"YOSYS": out / f"{name}.rpt", "NEXTPNR_ECP5": out / f"{name}.tim"}
+
+    def step(title, command, key, log=None):
+        try:
+            steps[key] = run_step(title, command, out, env, log)
+        except subprocess.CalledProcessError as error:
+            raise UserError(f"{title} failed (logs in {out}):\n{error.output}") from None
 
     for variable, title in STEPS:
         line = next(line for line in script if line.startswith(f'"${variable}"'))
@@ -137,14 +184,14 @@ def run(args):
         if variable == "NEXTPNR_ECP5":
             # packed first (seconds): a design larger than the device is told at once, not after the placer
             # has tried for an hour
-            step("packing (nextpnr)", command.replace("--report report.json", "--report pack.json")
-                 + " --pack-only", "pack_s")
+            packing = re.sub(r"--textcfg \S+", "", command.replace("--report report.json", "--report pack.json"))
+            step("packing (nextpnr)", f"{packing} --pack-only", "pack_s", logs[variable])
             over = overfull(json.loads((out / "pack.json").read_text()))
             if over:
                 raise UserError(f"the design does not fit the {args.board}'s FPGA: {'; '.join(over)} after "
                                 f"packing (docs/ARCHITECTURE.md, \"Boards\"). A smaller switch (--workers, "
                                 f"--jobs, --message-slots, --mtu) or a larger board.")
-        step(title, command, f"{variable.lower()}_s")
+        step(title, command, f"{variable.lower()}_s", logs.get(variable))
     report = json.loads((out / "report.json").read_text())
     summary = {"board": args.board, "top": name, "switch": None if args.loopback else top.switch.parameters,
                "sys_mhz": top.pll.outputs_hz[1] / 1e6, **summarize_report(report),
