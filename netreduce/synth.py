@@ -65,7 +65,7 @@ def _run_tool(module, function, argv, cwd, log):
 
 # Yosys 0.70's ABC9 stops on some designs with "Assert `count_id(wire->name) == 0' failed" (YosysHQ/yosys#4349: a
 # name it makes for a wire is already taken; the egress stage alone hits it, from RTLIL or from Verilog);
-# splitting the nets into single bits before synthesis, as that issue proposes, avoids it
+# splitting the nets into single bits before synthesis, as that issue proposes, avoids it (for the ECP5 flows)
 AFTER_READ = "proc\nsplitnets\n"
 
 
@@ -382,7 +382,9 @@ def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None, dept
     work = _work_dir(name, work_dir)
     (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
     netlist = f"write_json {name}.json\n" if depths else ""
-    run_yosys(f"read_verilog {name}.v\n{AFTER_READ}synth_xilinx -flatten -family {family} -top {name}\n{netlist}"
+    # (without ``AFTER_READ``: the WebAssembly Yosys stops inside ``splitnets`` on the 512-bit switch, and its
+    # ``synth_xilinx`` does not meet YosysHQ/yosys#4349 on it)
+    run_yosys(f"read_verilog {name}.v\nsynth_xilinx -flatten -family {family} -top {name}\n{netlist}"
               f"tee -q -o {name}_stat.json stat -json\n", work, log="yosys_xilinx.log")
     cells = _stat_cells(work / f"{name}_stat.json", name)
     deepest = {}
