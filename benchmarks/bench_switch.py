@@ -2,7 +2,7 @@
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
         [--narrow-ports 1 2 4]
-        [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx]
+        [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx [--xilinx-port-width 64]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
   16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
@@ -51,6 +51,7 @@
 - With ``--xilinx``: Yosys ``synth_xilinx -family xcup`` cell counts of the 512-bit switch with 4 ports and
   8 workers (1 job, the same 8-message window) against the Alveo U280's XCU280, and its ten deepest
   register inputs in logic levels (a LUT6 is one level). An estimate: no place and route, no timing.
+  ``--xilinx-port-width 64``: the same core with 64-bit ports (every port at line rate at once).
 """
 
 import argparse
@@ -240,6 +241,8 @@ def main(argv=None):
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     parser.add_argument("--xilinx", action="store_true",
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
+    parser.add_argument("--xilinx-port-width", type=int, choices=(64, 512), default=512,
+                        help="with --xilinx: the ports' width (64: every port at line rate into the 512-bit core)")
     parser.add_argument("--placer", choices=("heap", "static"), default="heap", help="with --synth: nextpnr's placer")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="with --synth: nextpnr's router")
@@ -266,13 +269,15 @@ def main(argv=None):
         report["ecp5_switch_64b_4w"] = result
     if args.xilinx:
         from netreduce.synth import synth_xilinx_estimate
+        port_width = args.xilinx_port_width
         switch = NetReduceSwitch(width=512, ports=4, workers=8, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=9216)
-        result = synth_xilinx_estimate(switch, "netreduce_switch_512b_4p_8w", family="xcup", depths=True)
+                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=9216, port_width=port_width)
+        name = "netreduce_switch_512b_4p_8w" + ("" if port_width == 512 else f"_{port_width}b_ports")
+        result = synth_xilinx_estimate(switch, name, family="xcup", depths=True)
         result.pop("work_dir", None)
         result.pop("cells", None)
-        report["xcup_switch_512b_4p_8w"] = {**result, "device": "XCU280 (1,303,680 LUTs, 2,607,360 flip-flops, "
-                                                                 "2,016 RAMB36, 960 URAM, 9,024 DSP)"}
+        device = "XCU280 (1,303,680 LUTs, 2,607,360 flip-flops, 2,016 RAMB36, 960 URAM, 9,024 DSP)"
+        report[name.replace("netreduce_switch", "xcup_switch")] = {**result, "device": device}
     json.dump(report, sys.stdout, indent=2)
     print()
 

@@ -370,8 +370,9 @@ XILINX_FAMILIES = ("xcup", "xcu", "xc7", "xc6s", "xc5v", "xc6v", "xcv", "xc2v", 
 def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None, depths=False):
     """Yosys ``synth_xilinx`` cell counts of ``component`` alone (an estimate, out of context).
 
-    Returns a dict: ``luts`` (LUT1..LUT6), ``ffs`` (FDRE/FDSE/FDCE/FDPE), ``carry`` (CARRY4/CARRY8),
-    ``dsps`` (DSP48E1/E2), ``brams`` (RAMB36 equivalents), ``srls``, ``muxf``, ``cells`` (every cell type
+    Returns a dict: ``luts`` (LUT1..LUT6, logic only), ``ffs`` (FDRE/FDSE/FDCE/FDPE), ``carry`` (CARRY4/CARRY8),
+    ``dsps`` (DSP48E1/E2), ``brams`` (RAMB36 equivalents), ``srls``, ``lutram`` (the distributed RAM cells by
+    type: RAM32M16, RAM64M8, ...), ``muxf``, ``cells`` (every cell type
     with its count), ``family``, ``seconds``, ``work_dir``; with ``depths`` (UltraScale+ only) also ``deepest``,
     the ten deepest register inputs by :func:`logic_depths` with ``XILINX_LEVELS`` (a LUT is one level).
     """
@@ -400,6 +401,7 @@ def synth_xilinx_estimate(component, name, family="xcup", *, work_dir=None, dept
         "brams": cells.get("RAMB36E1", 0) + cells.get("RAMB36E2", 0)
                  + (cells.get("RAMB18E1", 0) + cells.get("RAMB18E2", 0)) / 2,
         "srls": cells.get("SRL16E", 0) + cells.get("SRLC32E", 0),
+        "lutram": {t: c for t, c in cells.items() if t.startswith("RAM") and not t.startswith("RAMB")},
         "muxf": cells.get("MUXF7", 0) + cells.get("MUXF8", 0) + cells.get("MUXF9", 0),
         "cells": cells,
         "family": family,
