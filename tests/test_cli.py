@@ -45,6 +45,20 @@ def test_subcommand_help(name):
     assert "usage:" in netreduce(name, "--help").stdout
 
 
+def test_each_command_shows_the_switch_defaults_it_uses():
+    """``build`` has smaller switch defaults than ``generate`` (``BOARD_DEFAULTS``); each one's help says its own."""
+    from netreduce.cli import build_parser
+    from netreduce.commands.build import BOARD_DEFAULTS
+    for command, workers, max_frame in (("generate", 8, 9216),
+                                        ("build", BOARD_DEFAULTS["workers"], BOARD_DEFAULTS["max_frame"])):
+        text = " ".join(netreduce(command, "--help").stdout.split())
+        args = build_parser().parse_args([command, "--out", "x"] + (["--board", "versa-ecp5"] if command == "build"
+                                                                      else []))
+        assert (args.workers, args.max_frame) == (workers, max_frame)
+        assert f"most workers of a job (default {workers})" in text
+        assert f"longest frame that can go on (default {max_frame})" in text
+
+
 @pytest.mark.parametrize("args", [
     ["no-such-command"],
     ["parse-pcap"],

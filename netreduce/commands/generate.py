@@ -28,25 +28,30 @@ def register(subparsers):
 
 def add_switch_arguments(parser, *, ports=True):
     """The switch's build parameters as options (``generate``, ``build``)."""
-    parser.add_argument("--workers", type=int, default=8, metavar="N", help="most workers of a job (default 8)")
-    parser.add_argument("--jobs", type=int, default=2, metavar="J", help="jobs at once (default 2)")
+    parser.add_argument("--workers", type=int, default=8, metavar="N",
+                        help="most workers of a job (default %(default)s)")
+    parser.add_argument("--jobs", type=int, default=2, metavar="J", help="jobs at once (default %(default)s)")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="element format")
     parser.add_argument("--ftz", action="store_true", help="flush subnormals to zero (saves area)")
-    parser.add_argument("--mtu", type=int, default=4096, help="largest payload per packet, bytes (default 4096)")
-    parser.add_argument("--message-packets", type=int, default=4, metavar="M", help="most packets per message")
+    parser.add_argument("--mtu", type=int, default=4096, help="largest payload per packet, bytes (default %(default)s)")
+    parser.add_argument("--message-packets", type=int, default=4, metavar="M",
+                        help="most packets per message (default %(default)s)")
     parser.add_argument("--message-slots", type=int, default=4, metavar="K",
-                        help="messages per job in the switch at once, a power of two (the credit window)")
+                        help="messages per job in the switch at once, a power of two (the credit window; default "
+                             "%(default)s)")
     parser.add_argument("--max-frame", type=int, default=9216, metavar="BYTES",
-                        help="longest frame that can go on (default 9216, jumbo)")
-    parser.add_argument("--adder-stages", type=int, default=5, metavar="S", help="pipeline depth of each adder")
+                        help="longest frame that can go on (default %(default)s)")
+    parser.add_argument("--adder-stages", type=int, default=5, metavar="S",
+                        help="pipeline depth of each adder (default %(default)s)")
     if ports:
-        parser.add_argument("--ports", type=int, default=1, metavar="P", help="Ethernet ports, 1 to 4 (default 1)")
+        parser.add_argument("--ports", type=int, default=1, metavar="P",
+                            help="Ethernet ports, 1 to 4 (default %(default)s)")
     parser.add_argument("--forwarding-entries", type=int, default=16, metavar="E",
-                        help="entries of the MAC forwarding table (default 16)")
+                        help="entries of the MAC forwarding table (default %(default)s)")
     parser.add_argument("--egress-queues", type=int, default=4, metavar="Q",
-                        help="priority queues of each port's egress stage, 1 to 16 (default 4)")
+                        help="priority queues of each port's egress stage, 1 to 16 (default %(default)s)")
     parser.add_argument("--egress-buffer", type=int, default=16384, metavar="BYTES",
-                        help="each port's egress buffer, at least --max-frame + 102 (default 16384)")
+                        help="each port's egress buffer, at least --max-frame + 102 (default %(default)s)")
     parser.add_argument("--egress-weighted", action="store_true",
                         help="build each egress stage's deficit round robin (default: strict priority only)")
     management = parser.add_argument_group(
