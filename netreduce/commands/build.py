@@ -49,6 +49,9 @@ def register(subparsers):
                         help="nextpnr's placer (default heap, nextpnr's own default)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="nextpnr's router (default router1, nextpnr's own default for the ECP5)")
+    parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
+                        help="more options for nextpnr, one string (e.g. \"--placer-heap-beta 0.5 --router2-heatmap "
+                             "heat\"; nextpnr-ecp5 --help lists them)")
     parser.add_argument("--loopback", action="store_true",
                         help="no switch: each port sends back every good frame it receives (to bring up a "
                              "board's Ethernet; the switch options and the manager are not used)")
@@ -164,7 +167,7 @@ def run(args):
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
     plan = platform.prepare(top, name=name, script_after_read=AFTER_READ,   # netreduce.synth: a Yosys bug
                             nextpnr_opts=f"--report report.json --seed {args.seed} --placer {args.placer} "
-                                         f"--router {args.router}")
+                                         f"--router {args.router} {args.nextpnr_args}".rstrip())
     out.mkdir(parents=True, exist_ok=True)
     plan.extract(out)
     steps = {"elaboration_s": round(time.monotonic() - started, 1)}
