@@ -36,6 +36,7 @@ from ..wire import (
     BTH,
     DETH,
     ETH_HEADER,
+    ETH_MIN_FRAME,
     ETHERTYPE_IPV4,
     ETHERTYPE_IPV6,
     ETHERTYPE_VLAN,
@@ -59,6 +60,11 @@ __all__ = ["RoceParser", "FrameContext", "decode_normalize", "decode_raw", "deco
            "decode_context", "window_bytes_for", "keep_count", "thermometer"]
 
 POS_BITS = 17   # byte positions within a frame (frames up to 64 KiB + headers)
+_DECODE_STAGES = 4
+# records that may be on their way into the header and context FIFOs and not yet counted in their level,
+# one per beat accepted: those of the beats accepted in the clock the input's ``ready`` was registered and
+# the seven after (input register, window register, the decode registers, the write)
+_DECODE_IN_FLIGHT = _DECODE_STAGES + 4
 
 FrameContext = data.StructLayout({
     "hdr_len": 8,           # where the payload stream starts
@@ -421,8 +427,13 @@ class RoceParser(wiring.Component):
         self.window_bytes = window_bytes_for(width)
         self.window_beats = self.window_bytes // self.beat_bytes
         # deep enough that a frame's first beat waits at the head, not at the input, while its window
-        # is decoded (input register, window FIFO, four decode registers, context FIFO)
+        # is decoded (input register, window register, four decode registers, context FIFO)
         self.beat_fifo_depth = self.window_beats + 17
+        # The header and context FIFOs hold the records of the frames whose beats wait in the beat FIFO
+        # (a frame of one beat each at 512 bits), besides those on their way into them; their storage
+        # fills whole distributed RAMs of 16 entries.
+        frames_waiting = -(-self.beat_fifo_depth // -(-ETH_MIN_FRAME // self.beat_bytes))
+        self.record_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16) + 1
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
@@ -436,9 +447,8 @@ class RoceParser(wiring.Component):
         beat_layout = FrameBeat(width)
 
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
-        m.submodules.windows = windows = SyncFIFOBuffered(width=8 * self.window_bytes + 1, depth=8)
-        m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=16)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=16)
+        m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=self.record_fifo_depth)
+        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=self.record_fifo_depth)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
         m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
@@ -448,10 +458,15 @@ class RoceParser(wiring.Component):
 
         # --- capture: an input register, then the beat FIFO and the window ------------------------
         wbeats = self.window_beats
-        # ready when both FIFOs had room for three more entries in the previous cycle: a beat accepted
-        # now is written in the next cycle, so ``ready`` depends on registers only
+        # A complete window goes straight into the decode registers, which have no enable, and its record
+        # into the header and context FIFOs six clocks after its last beat was accepted. So a beat is
+        # accepted only when, in the previous cycle, the beat FIFO had room for three more entries and
+        # the header and context FIFOs for every record that may be on its way (``_DECODE_IN_FLIGHT``).
+        # ``ready`` depends on registers only.
         in_ok = Signal()
-        m.d.sync += in_ok.eq((beats.level <= beats.depth - 3) & (windows.level <= windows.depth - 3))
+        m.d.sync += in_ok.eq((beats.level <= beats.depth - 3)
+                             & (contexts.level <= contexts.depth - _DECODE_IN_FLIGHT)
+                             & (headers.level <= headers.depth - _DECODE_IN_FLIGHT))
         beat_in = self.i.payload
         accept = Signal()
         m.d.comb += [self.i.ready.eq(in_ok), accept.eq(self.i.valid & in_ok)]
@@ -480,32 +495,26 @@ class RoceParser(wiring.Component):
             m.d.comb += window_next[slot * width:(slot + 1) * width].eq(Mux(cap_slot[slot], kept, old))
         tpid_at = header_bytes(ETH_HEADER) - 2
         vlan = Signal()
+        window_vlan = Signal()              # bytes 12..13 of the complete window are the VLAN TPID
+        window_done = Signal()              # the window register holds a complete window
         m.d.comb += [
             vlan.eq(_be(window_next, tpid_at, 2) == ETHERTYPE_VLAN),
             beats.w_data.eq(cap),
             beats.w_en.eq(cap_valid),
-            windows.w_data.eq(Cat(window_next, vlan)),
-            windows.w_en.eq(cap_valid & cap_push),
         ]
+        m.d.sync += window_done.eq(cap_valid & cap_push)
         with m.If(cap_valid):
-            m.d.sync += window.eq(window_next)
+            m.d.sync += [window.eq(window_next), window_vlan.eq(vlan)]
 
-        # --- decode: window FIFO head -> normalized -> raw fields -> fields -> context, header ------
-        # The decode registers have no enable: a window enters only when the context and header FIFOs
-        # had room, in the previous cycle, for everything that may be in flight (four registers, the
-        # write, and the read now)
-        dec_stages = 4
-        dec_take = Signal()
-        m.d.sync += dec_take.eq((contexts.level <= contexts.depth - dec_stages - 3)
-                                & (headers.level <= headers.depth - dec_stages - 3))
+        # --- decode: complete window -> normalized -> raw fields -> fields -> context, header -------
+        # (no enable: the input took the window's beats only with room for its record, above)
         normalized = Signal(Normalized(self.window_bytes))
         raw = Signal(RawFields)
         fields = Signal(Fields)
-        dec_valid = Signal(dec_stages)
-        m.d.comb += windows.r_en.eq(dec_take)
+        dec_valid = Signal(_DECODE_STAGES)
         m.d.sync += [
-            dec_valid.eq(Cat(dec_take & windows.r_rdy, dec_valid[:-1])),
-            normalized.eq(decode_normalize(m, windows.r_data[:8 * self.window_bytes], windows.r_data[-1])),
+            dec_valid.eq(Cat(window_done, dec_valid[:-1])),
+            normalized.eq(decode_normalize(m, window, window_vlan)),
             raw.eq(decode_raw(m, normalized)),
             fields.eq(decode_fields(m, raw)),
         ]
