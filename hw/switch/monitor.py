@@ -59,6 +59,7 @@ from ...wire import (
     UDP_HEADER,
     header_bytes,
 )
+from ..fifo import BlockRAMFIFO
 from ..slots import slot_write_signature, sum_request_layout
 from ..stream import ParsedHeader, fifo_to_stream, payload_stream
 from .deadlines import Deadlines
@@ -266,8 +267,9 @@ class StatusMonitor(wiring.Component):
         # on; ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
         Descriptor, frame_beats, ring_bits = self.Descriptor, self.frame_beats, self.ring_bits
         FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
-        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size, depth=64)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=64)
+        # (in block RAM: 64 header records of 968 bits)
+        m.submodules.descriptors = descriptors = BlockRAMFIFO(width=Descriptor.size, depth=64)
+        m.submodules.headers = headers = BlockRAMFIFO(width=ParsedHeader.size, depth=64)
         fifo_to_stream(m, descriptors, self.descriptors)
         fifo_to_stream(m, headers, self.headers)
         request_layout = self.sum_requests.payload.shape()

@@ -1,0 +1,67 @@
+"""A FIFO for block RAM (``BlockRAMFIFO``).
+
+``amaranth.lib.fifo.SyncFIFOBuffered`` reads its memory through a synchronous read port. Amaranth gives such
+a port's read of an address written in the same clock the old data, and the ECP5's block RAM does not
+promise that across its two ports, so Yosys builds it around every bit: the written word in a register and
+a multiplexer behind the RAM, one LUT4 and two flip-flops per bit (the monitor's queue of 968-bit header
+records: 1,003 LUT4s, 1,963 flip-flops). A FIFO never reads the word it writes in the same clock (below),
+so ``BlockRAMFIFO`` tells Yosys that such a collision does not matter (the memory's ``no_rw_check``
+attribute). Yosys honours it where it merges a register behind an asynchronous read port into the RAM, so
+the read port is asynchronous and the output register explicit; the RAM's own output register is it.
+"""
+
+from amaranth.hdl import Elaboratable, Module, Mux, Signal
+from amaranth.lib.memory import Memory
+
+__all__ = ["BlockRAMFIFO"]
+
+
+class BlockRAMFIFO(Elaboratable):
+    """``BlockRAMFIFO(*, width, depth)``: the ports and the behaviour, clock for clock, of
+    ``SyncFIFOBuffered(width=width, depth=depth)`` (first word fall through; ``level`` counts the output
+    register; ``w_rdy`` and ``r_rdy`` do not depend on ``w_en`` and ``r_en``), with ``depth`` at least 3.
+
+    No collision: the memory is written at ``produce`` and read at ``consume``; they are equal only when
+    the memory is empty (then nothing is read) or full (then nothing is written)."""
+
+    def __init__(self, *, width, depth):
+        if depth < 3:
+            raise ValueError(f"a BlockRAMFIFO holds at least 3 entries, not {depth}")
+        self.width, self.depth = width, depth
+        self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
+        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
+        self.level = Signal(range(depth + 1))
+
+    def elaborate(self, platform):
+        m = Module()
+        inner = self.depth - 1      # the memory's words; the output register holds one more
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[],
+                                                attrs={"no_rw_check": 1})
+        write, read = storage.write_port(), storage.read_port(domain="comb")
+        produce, consume = Signal(range(inner)), Signal(range(inner))
+        stored = Signal(range(inner + 1))
+        do_write, do_read = Signal(), Signal()
+        m.d.comb += [
+            self.w_rdy.eq(stored != inner),
+            do_write.eq(self.w_en & self.w_rdy),
+            do_read.eq((stored != 0) & (~self.r_rdy | self.r_en)),
+            write.addr.eq(produce), write.data.eq(self.w_data), write.en.eq(do_write),
+            read.addr.eq(consume),
+            self.level.eq(stored + self.r_rdy),
+        ]
+        with m.If(do_write):
+            m.d.sync += produce.eq(_next(produce, inner))
+        with m.If(do_read):
+            m.d.sync += [self.r_data.eq(read.data), self.r_rdy.eq(1), consume.eq(_next(consume, inner))]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        with m.If(do_write & ~do_read):
+            m.d.sync += stored.eq(stored + 1)
+        with m.If(do_read & ~do_write):
+            m.d.sync += stored.eq(stored - 1)
+        return m
+
+
+def _next(pointer, size):
+    """``pointer + 1`` modulo ``size``."""
+    return Mux(pointer == size - 1, 0, pointer + 1)
