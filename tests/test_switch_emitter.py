@@ -23,7 +23,7 @@ from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import ControlMessage, build_control_frame, ip_to_int, mac_to_int
 from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.stream import ParsedHeader
-from netreduce.hw.switch.emitter import OWN_BYTES, Emission, Emitter
+from netreduce.hw.switch.emitter import OWN_BYTES, Emission, Emitter, StoredHeader, stored_header_fields
 from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
 from netreduce.registers import vlan_word
 from netreduce.sim.amaranth_streams import send_records
@@ -61,8 +61,9 @@ class Bench(Elaboratable):
         e = m.submodules.emitter = self.emitter
         d = m.submodules.deparser = self.deparser
         m.submodules.ring = ring = Memory(shape=e.StoredBeat, depth=1 << e.ring_bits, init=self.ring)
-        m.submodules.store = store = Memory(shape=ParsedHeader, depth=SLOTS * WORKERS,
-                                            init=[entry.get("header", {}) for entry in self.store])
+        m.submodules.store = store = Memory(shape=StoredHeader, depth=SLOTS * WORKERS,
+                                            init=[stored_header_fields(entry["header"]) if "header" in entry else {}
+                                                  for entry in self.store])
         m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=SLOTS * WORKERS,
                                                     init=[entry["own"] for entry in self.store])
         m.submodules.results = results = Memory(shape=e.width, depth=2 * SLOTS * e.packet_beats, init=self.results)
@@ -115,7 +116,10 @@ class Scenario:
     def data_frame(self, c, opcode, payload, **fields):
         req, resp = requester(c), responder(c)
         return build_roce_frame(opcode, payload, eth_src=req["mac"], eth_dst=resp["mac"], src_ip=req["ip"],
-                                dst_ip=resp["ip"], dest_qp=resp["qpn"], vlan=req["vlan"], dscp=c, **fields)
+                                dst_ip=resp["ip"], dest_qp=resp["qpn"], vlan=req["vlan"], dscp=c,
+                                # a tagged frame's priority and DEI are its own (the connection fixes the VID)
+                                vlan_pcp=5 if req["vlan"] is not None else 0,
+                                vlan_dei=1 if req["vlan"] is not None else 0, **fields)
 
     def sum_of(self, rslot, length):
         words = [self.rng.randrange(1 << (8 * self.B)) for _ in range(-(-length // self.B))]

@@ -42,6 +42,8 @@ from ...wire import (
     CONTROL_VERSION,
     ETH_MIN_FRAME,
     ETHERTYPE_IPV4,
+    PARSED_HEADER_FIELDS,
+    ROCE_UDP_PORT,
     ControlType,
 )
 from ..deparser import lanes_below
@@ -51,14 +53,57 @@ from ..stream import ParsedHeader, PayloadBeat, check_width
 from .registers import ConnectionEntry, JobEntry, SwitchAddress, fields_of
 from .unsent import message_strobe_layout
 
-__all__ = ["Emitter", "Emission", "HeaderEntry", "OWN_BYTES", "GOOD_VERDICT", "stored_beat_layout", "frame_words",
+__all__ = ["Emitter", "Emission", "HeaderEntry", "StoredHeader", "stored_header", "stored_header_fields",
+           "restore_header", "OWN_BYTES", "GOOD_VERDICT", "stored_beat_layout", "frame_words",
            "ring_address_bits", "descriptor_layout", "psn_used_layout"]
 
 OWN_BYTES = 16              # the aggregation header: a first packet's own bytes in its results
+_UDP = 17                   # the IPv4 protocol number of UDP
 GOOD_VERDICT = 0b111        # icrc_ok, ipv4_csum_ok, len_ok
 
-# the header store: the header record of each contribution and its first 16 payload bytes
-HeaderEntry = data.StructLayout({"header": ParsedHeader, "own": 8 * OWN_BYTES})
+# The header store keeps, of each contribution's header record, what its connection does not fix. The match
+# bound the frame to the connection (``match.ConnectionMatch``: its data key and binding): it is RoCE over
+# IPv4 (so UDP to port 4791, with no flow label), from the requester's MAC, IPv4 address and VLAN (the VID:
+# the priority and DEI are kept), to the responder's MAC, IPv4 address and QP. The emitter puts those back
+# from the connection's configuration (``restore_header``). Of the 968 bits of a record, 514 are kept.
+CONNECTION_FIXED = ("roce", "eth_dst", "eth_src", "vlan_valid", "ethertype", "ip_version", "ip_proto",
+                    "ip_flow_label", "ip_src", "ip_dst", "udp_dport", "bth_dest_qp")
+StoredHeader = data.StructLayout({
+    **{name: width for name, width in PARSED_HEADER_FIELDS if name not in CONNECTION_FIXED and name != "vlan_tci"},
+    "vlan_priority": 4,     # the VLAN tag's PCP and DEI (its top four bits); the VID is the connection's
+})
+_VID_BITS = 12
+
+# the header store: each contribution's header (``StoredHeader``) and its first 16 payload bytes
+HeaderEntry = data.StructLayout({"header": StoredHeader, "own": 8 * OWN_BYTES})
+
+
+def stored_header(header):
+    """The ``StoredHeader`` value of a ``ParsedHeader`` view (what the monitor writes into the store)."""
+    return Cat(*[header.vlan_tci[_VID_BITS:] if name == "vlan_priority" else getattr(header, name)
+                 for name in StoredHeader.members])
+
+
+def stored_header_fields(header):
+    """``stored_header`` of a header record given as a dict of ints (the golden model's)."""
+    return {name: header["vlan_tci"] >> _VID_BITS if name == "vlan_priority" else header[name]
+            for name in StoredHeader.members}
+
+
+def restore_header(m, record, stored, *, requester_mac, requester_ip, requester_vlan, responder_mac, responder_ip,
+                   responder_qpn):
+    """Drive the ``ParsedHeader`` ``record`` from a ``StoredHeader`` and its connection's configuration (the VLAN
+    as ``registers.vlan_of``)."""
+    m.d.comb += [getattr(record, name).eq(getattr(stored, name))
+                 for name in StoredHeader.members if name != "vlan_priority"]
+    m.d.comb += [
+        record.roce.eq(1), record.ethertype.eq(ETHERTYPE_IPV4), record.ip_version.eq(4),
+        record.ip_proto.eq(_UDP), record.udp_dport.eq(ROCE_UDP_PORT), record.ip_flow_label.eq(0),
+        record.eth_src.eq(requester_mac), record.ip_src.eq(requester_ip),
+        record.vlan_valid.eq(requester_vlan[_VID_BITS]),
+        record.vlan_tci.eq(Cat(requester_vlan[:_VID_BITS], stored.vlan_priority)),
+        record.eth_dst.eq(responder_mac), record.ip_dst.eq(responder_ip), record.bth_dest_qp.eq(responder_qpn),
+    ]
 
 
 class Emission(enum.Enum, shape=2):
@@ -133,7 +178,7 @@ class Emitter(wiring.Component):
             "results": Out(result_read_signature(width, slots, packet_beats)),
             "ring": In(ReadPort.Signature(addr_width=self.ring_bits, shape=self.StoredBeat)),
             "ring_read": Out(self.ring_bits + 1),
-            "store_header": In(ReadPort.Signature(addr_width=store_bits, shape=ParsedHeader)),
+            "store_header": In(ReadPort.Signature(addr_width=store_bits, shape=StoredHeader)),
             "store_own": In(ReadPort.Signature(addr_width=store_bits, shape=8 * OWN_BYTES)),
             "hdr": Out(stream.Signature(ParsedHeader)),
             "classes": Out(stream.Signature(FrameClass)),
@@ -334,16 +379,18 @@ class Emitter(wiring.Component):
                 m.d.comb += store_read.eq(1)
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
-                m.d.comb += [h_valid.eq(1), record.eq(hs_r.data)]
+                # the worker's stored header, addressed from its requester to its responder (the connection
+                # fixes those: ``StoredHeader``)
+                c = h_desc.job * N + h_worker
+                m.d.comb += h_valid.eq(1)
+                restore_header(m, record, data.View(StoredHeader, hs_r.data), requester_mac=req_mac[c],
+                               requester_ip=req_ip[c], requester_vlan=req_vlan[c], responder_mac=resp_mac[c],
+                               responder_ip=resp_ip[c], responder_qpn=resp_qpn[c])
                 with m.If(h_desc.lossy):
-                    # a bounded-loss result: the template addressed from the worker's requester to its
-                    # responder, with the connection's next PSN, the responder's R_Key and the bitmap
-                    c = h_desc.job * N + h_worker
-                    m.d.comb += [lossy_result.eq(1),
-                                 record.eth_dst.eq(resp_mac[c]), record.eth_src.eq(req_mac[c]),
-                                 record.vlan_valid.eq(req_vlan[c][12]), record.vlan_tci.eq(req_vlan[c][:12]),
-                                 record.ip_src.eq(req_ip[c]), record.ip_dst.eq(resp_ip[c]),
-                                 record.bth_dest_qp.eq(resp_qpn[c]), record.bth_psn.eq(sent[c] + 1),
+                    # a bounded-loss result: the template's, to this worker's connection, with no VLAN priority,
+                    # the connection's next PSN, the responder's R_Key and the bitmap
+                    m.d.comb += [lossy_result.eq(1), record.vlan_tci.eq(req_vlan[c][:_VID_BITS]),
+                                 record.bth_psn.eq(sent[c] + 1),
                                  record.reth_rkey.eq(resp_rkey[c]), record.immdt.eq(h_desc.bitmap)]
                     with m.If(h_ready):
                         m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c)]

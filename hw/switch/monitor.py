@@ -72,6 +72,7 @@ from .emitter import (
     psn_used_layout,
     ring_address_bits,
     stored_beat_layout,
+    stored_header,
 )
 from .management import ManagementRequest
 from .match import match_layout
@@ -728,7 +729,7 @@ class StatusMonitor(wiring.Component):
         m.d.comb += [
             shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
             headers.w_data.eq(Mux(intended == Outcome.FORWARD_GAP, shifted, h)),
-            hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(h), hs_w.data.own.eq(own_bytes),
+            hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(stored_header(h)), hs_w.data.own.eq(own_bytes),
             unsent_add_at.eq(plan.job * K + plan.k),
             new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
             new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),

@@ -55,7 +55,6 @@ from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
 from ..slots import SlotMemory
 from ..stream import (
-    ParsedHeader,
     axi_stream_signature,
     axis_to_frames,
     check_width,
@@ -63,7 +62,7 @@ from ..stream import (
     frames_to_axis,
     stream_to_fifo,
 )
-from .emitter import OWN_BYTES, Emitter
+from .emitter import OWN_BYTES, Emitter, StoredHeader
 from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
@@ -257,7 +256,7 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[])
         # the header store in two memories, each with the one read port that reads it (a memory of whole
         # entries would be copied whole for each of its two read ports)
-        m.submodules.header_store = header_store = Memory(shape=ParsedHeader, depth=S * N, init=[])
+        m.submodules.header_store = header_store = Memory(shape=StoredHeader, depth=S * N, init=[])
         m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=S * N, init=[])
         wiring.connect(m, monitor.ring_write, ring.write_port())
         for store, part in ((header_store, monitor.store_write.data.header), (own_store, monitor.store_write.data.own)):
