@@ -1,4 +1,5 @@
-"""A FIFO for block RAM (``BlockRAMFIFO``).
+"""FIFOs for what Amaranth's ``SyncFIFOBuffered`` maps poorly: block RAM (``BlockRAMFIFO``) and two wide
+entries (``RegisterFIFO``).
 
 ``amaranth.lib.fifo.SyncFIFOBuffered`` reads its memory through a synchronous read port. Amaranth gives such
 a port's read of an address written in the same clock the old data, and the ECP5's block RAM does not
@@ -13,7 +14,7 @@ the read port is asynchronous and the output register explicit; the RAM's own ou
 from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib.memory import Memory
 
-__all__ = ["BlockRAMFIFO"]
+__all__ = ["BlockRAMFIFO", "RegisterFIFO"]
 
 
 class BlockRAMFIFO(Elaboratable):
@@ -65,3 +66,37 @@ class BlockRAMFIFO(Elaboratable):
 def _next(pointer, size):
     """``pointer + 1`` modulo ``size``."""
     return Mux(pointer == size - 1, 0, pointer + 1)
+
+
+class RegisterFIFO(Elaboratable):
+    """``RegisterFIFO(*, width)``: two entries in registers, one word a clock through, with the ports of
+    ``SyncFIFOBuffered`` (first word fall through; ``level``; ``w_rdy`` a register, ``r_rdy`` too).
+
+    ``SyncFIFOBuffered`` of depth 2 takes a word every other clock only, and of depth 3 keeps two of them in
+    a memory, which Yosys puts in distributed RAM: on the ECP5 a DPR16X4 of six logic cells holds four bits
+    of sixteen words, so a wide word of two entries costs 1.5 logic cells a bit. Here the output register
+    takes the input, or the word held behind it (a multiplexer: one LUT4 a bit); the second register holds
+    a word that arrives while the output waits, and ``w_rdy`` is that it is empty."""
+
+    depth = 2
+
+    def __init__(self, *, width):
+        self.width = width
+        self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
+        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
+        self.level = Signal(range(3))
+
+    def elaborate(self, platform):
+        m = Module()
+        held, held_valid = Signal(self.width), Signal()
+        do_write = Signal()
+        m.d.comb += [self.w_rdy.eq(~held_valid), do_write.eq(self.w_en & self.w_rdy),
+                     self.level.eq(self.r_rdy + held_valid)]
+        with m.If(~self.r_rdy | self.r_en):            # the output register takes the next word, if any
+            with m.If(held_valid):
+                m.d.sync += [self.r_data.eq(held), held_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [self.r_data.eq(self.w_data), self.r_rdy.eq(do_write)]
+        with m.Elif(do_write):
+            m.d.sync += [held.eq(self.w_data), held_valid.eq(1)]
+        return m

@@ -7,7 +7,7 @@ from amaranth.hdl import Module
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.sim import Simulator
 
-from netreduce.hw.fifo import BlockRAMFIFO
+from netreduce.hw.fifo import BlockRAMFIFO, RegisterFIFO
 
 PORTS = ("w_rdy", "r_rdy", "r_data", "level")
 
@@ -52,3 +52,40 @@ def test_block_ram_fifo_behaves_as_sync_fifo_buffered(depth, seed):
 def test_a_block_ram_fifo_holds_three_entries_at_least():
     with pytest.raises(ValueError, match="at least 3"):
         BlockRAMFIFO(width=8, depth=2)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_register_fifo_keeps_order_and_takes_a_word_every_clock(seed):
+    """Random writes and reads: the words come out in order, ``level`` counts them, ``w_rdy`` and ``r_rdy``
+    say what a FIFO of two entries says; with both sides busy, a word goes through every clock."""
+    dut = RegisterFIFO(width=12)
+    rng = random.Random(seed)
+    read_back, through = [], []
+
+    async def testbench(ctx):
+        word, held = 0, 0
+        for clock in range(3000):
+            phase = (clock // 200) % 4
+            w_en = phase == 3 or rng.random() < (0.9, 0.3, 0.6)[phase % 3]
+            r_en = phase == 3 or rng.random() < (0.3, 0.9, 0.6)[phase % 3]
+            ctx.set(dut.w_en, w_en)
+            ctx.set(dut.w_data, word)
+            ctx.set(dut.r_en, r_en)
+            assert ctx.get(dut.level) == held
+            assert ctx.get(dut.w_rdy) == (held < 2)
+            assert ctx.get(dut.r_rdy) == (held > 0)
+            wrote, read = w_en and held < 2, r_en and held > 0
+            if read:
+                read_back.append(ctx.get(dut.r_data))
+            if phase == 3 and clock % 200 >= 4:
+                through.append(wrote and read)
+            word = (word + wrote) % 4096
+            held += wrote - read
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert read_back == [i % 4096 for i in range(len(read_back))]
+    assert through and all(through), "a word did not go through every clock with both sides busy"

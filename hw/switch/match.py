@@ -21,16 +21,16 @@ headers arrive, ahead of the monitor:
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
-``o`` carries each header with its match through a FIFO of ``depth``.
+``o`` carries each header with its match through a FIFO of two entries in registers (``hw.fifo.RegisterFIFO``).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ...wire import MANAGEMENT_PORT
+from ..fifo import RegisterFIFO
 from ..stream import ParsedHeader
 from .registers import ConnectionEntry, JobEntry, SwitchAddress, vlan_of
 
@@ -46,12 +46,12 @@ def match_layout(connections, ports):
 
 
 class ConnectionMatch(wiring.Component):
-    """``ConnectionMatch(*, jobs, workers, ports, depth=4, management=None)``. Ports: ``header`` (the parser's header
+    """``ConnectionMatch(*, jobs, workers, ports, management=None)``. Ports: ``header`` (the parser's header
     records) and ``port`` (the ingress port of each frame, in the same order) in; ``o`` (``header``,
     ``match``) out; ``switch``, ``jobs``, ``connections``: the configuration (``SwitchRegisters``)."""
 
-    def __init__(self, *, jobs, workers, ports, depth=4, management=None):
-        self.jobs_count, self.workers, self.ports, self.depth = jobs, workers, ports, depth
+    def __init__(self, *, jobs, workers, ports, management=None):
+        self.jobs_count, self.workers, self.ports = jobs, workers, ports
         self.management = management
         self.connections_count = jobs * workers
         self.Match = match_layout(self.connections_count, ports)
@@ -68,7 +68,7 @@ class ConnectionMatch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C, N = self.connections_count, self.workers
-        m.submodules.queue = queue = SyncFIFOBuffered(width=self.Matched.size, depth=self.depth)
+        m.submodules.queue = queue = RegisterFIFO(width=self.Matched.size)
         h, port, sw = self.header.payload, self.port.payload, self.switch
         match = Signal(self.Match)
         ip_src, ip_dst = h.ip_src[:32], h.ip_dst[:32]
