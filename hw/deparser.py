@@ -50,6 +50,7 @@ from ..wire import (
     header_bytes,
 )
 from .crc import apply_taps, crc_update, icrc_beat_masks, rewind_taps
+from .fifo import RegisterFIFO
 from .parser import POS_BITS, keep_count, window_bytes_for
 from .stream import FrameBeat, ParsedHeader, PayloadBeat, check_width, frame_stream, header_stream, payload_stream
 
@@ -224,7 +225,7 @@ class RoceDeparser(wiring.Component):
         # ECP5 logic cells.
         record = Signal(ParsedHeader)
         record_valid = Signal()
-        m.submodules.plans = plans = SyncFIFOBuffered(width=plan_layout.size, depth=3)
+        m.submodules.plans = plans = RegisterFIFO(width=plan_layout.size)     # (in distributed RAM: 1.5 cells a bit)
         m.d.comb += self.hdr.ready.eq(~record_valid | plans.w_rdy)
         with m.If(self.hdr.ready):
             m.d.sync += [record.eq(self.hdr.payload), record_valid.eq(self.hdr.valid)]
