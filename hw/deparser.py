@@ -50,8 +50,8 @@ from ..wire import (
     header_bytes,
 )
 from .crc import apply_taps, crc_update, icrc_beat_masks, rewind_taps
-from .fifo import RegisterFIFO
 from .parser import POS_BITS, keep_count, window_bytes_for
+from .ram import RegisterFIFO
 from .stream import FrameBeat, ParsedHeader, PayloadBeat, check_width, frame_stream, header_stream, payload_stream
 
 __all__ = ["RoceDeparser", "serialize_header", "lanes_below"]

@@ -54,6 +54,7 @@ from ..egress import (
 )
 from ..registers import EGRESS_COUNTERS
 from .fp.adder import check_int
+from .ram import NO_COLLISION, BlockRAMReadPort
 from .stream import FrameBeat, check_width, frame_stream
 
 __all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS", "MAX_QUEUES",
@@ -243,8 +244,10 @@ class EgressQueues(wiring.Component):
 
         # ---- the buffer: beats in cells, a link per cell, a free list -----------------------------------
         word = data.StructLayout({"data": W, "keep": W // 8})
-        m.submodules.store = store = Memory(shape=word, depth=self.depth_beats, init=[])
-        store_w, store_r = store.write_port(), store.read_port()
+        # (a cell is written only after the reader has given it back: no word is read in the clock it is written)
+        m.submodules.store = store = Memory(shape=word, depth=self.depth_beats, init=[], attrs=NO_COLLISION)
+        m.submodules.store_read = store_r = BlockRAMReadPort(store)
+        store_w = store.write_port()
         m.submodules.links = links = Memory(shape=cell_bits, depth=cells, init=[])
         link_w, link_r = links.write_port(), links.read_port()
 

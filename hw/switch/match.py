@@ -21,7 +21,7 @@ headers arrive, ahead of the monitor:
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
-``o`` carries each header with its match through a FIFO of two entries in registers (``hw.fifo.RegisterFIFO``).
+``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ...wire import MANAGEMENT_PORT
-from ..fifo import RegisterFIFO
+from ..ram import RegisterFIFO
 from ..stream import ParsedHeader
 from .registers import ConnectionEntry, JobEntry, SwitchAddress, vlan_of
 

@@ -59,7 +59,7 @@ from ...wire import (
     UDP_HEADER,
     header_bytes,
 )
-from ..fifo import BlockRAMFIFO
+from ..ram import BlockRAMFIFO
 from ..slots import slot_write_signature, sum_request_layout
 from ..stream import ParsedHeader, fifo_to_stream, payload_stream
 from .deadlines import Deadlines

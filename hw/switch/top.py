@@ -53,6 +53,7 @@ from ..fp.adder import check_int
 from ..gearbox import NarrowBeats, WholeFrames, WidenBeats, check_port_width
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
+from ..ram import NO_COLLISION, BlockRAMReadPort
 from ..slots import SlotMemory
 from ..stream import (
     axi_stream_signature,
@@ -253,7 +254,10 @@ class NetReduceSwitch(wiring.Component):
         # header store of each contribution's header record and first 16 payload bytes), serialized ---------------
         m.submodules.emitter = emitter = Emitter(width=W, workers=N, jobs=J, message_slots=self.message_slots,
                                                  slots=S, packet_beats=self.packet_beats, max_frame=self.max_frame)
-        m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[])
+        # (the emitter reads only words the monitor has committed, which the monitor writes again only after
+        # the emitter's pointer has passed them: no word is read in the clock it is written)
+        m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[],
+                                          attrs=NO_COLLISION)
         # the header store in two memories, each with the one read port that reads it (a memory of whole
         # entries would be copied whole for each of its two read ports)
         m.submodules.header_store = header_store = Memory(shape=StoredHeader, depth=S * N, init=[])
@@ -265,7 +269,8 @@ class NetReduceSwitch(wiring.Component):
                          write.data.eq(part)]
         wiring.connect(m, monitor.descriptors, emitter.descriptors)
         wiring.connect(m, monitor.headers, emitter.headers)
-        wiring.connect(m, emitter.ring, ring.read_port())
+        m.submodules.ring_read = ring_read = BlockRAMReadPort(ring)
+        wiring.connect(m, emitter.ring, ring_read)
         wiring.connect(m, emitter.store_header, header_store.read_port())
         wiring.connect(m, emitter.store_own, own_store.read_port())
         wiring.connect(m, emitter.results, slots.read[0])

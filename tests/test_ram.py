@@ -1,13 +1,14 @@
-"""``hw.fifo.BlockRAMFIFO`` against ``amaranth.lib.fifo.SyncFIFOBuffered``, clock for clock."""
+"""``hw.ram``: its FIFOs and read port against Amaranth's own, clock for clock."""
 
 import random
 
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
-from netreduce.hw.fifo import BlockRAMFIFO, RegisterFIFO
+from netreduce.hw.ram import NO_COLLISION, BlockRAMFIFO, BlockRAMReadPort, RegisterFIFO
 
 PORTS = ("w_rdy", "r_rdy", "r_data", "level")
 
@@ -89,3 +90,30 @@ def test_register_fifo_keeps_order_and_takes_a_word_every_clock(seed):
     sim.run()
     assert read_back == [i % 4096 for i in range(len(read_back))]
     assert through and all(through), "a word did not go through every clock with both sides busy"
+
+
+def test_block_ram_read_port_reads_as_a_synchronous_port():
+    """Random writes, and reads with and without ``en``, collisions included: the port's ``data`` equals
+    that of Amaranth's synchronous read port of the same memory at every clock."""
+    m = Module()
+    m.submodules.memory = memory = Memory(shape=12, depth=16, init=[], attrs=NO_COLLISION)
+    m.submodules.ours = ours = BlockRAMReadPort(memory)
+    reference, write = memory.read_port(), memory.write_port()
+    rng = random.Random(7)
+
+    async def testbench(ctx):
+        for clock in range(2000):
+            address, en = rng.randrange(16), rng.random() < 0.7
+            ctx.set(write.addr, rng.randrange(16) if rng.random() < 0.8 else address)
+            ctx.set(write.data, rng.randrange(4096))
+            ctx.set(write.en, rng.random() < 0.5)
+            for port in (ours, reference):
+                ctx.set(port.addr, address)
+                ctx.set(port.en, en)
+            assert ctx.get(ours.data) == ctx.get(reference.data), clock
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
