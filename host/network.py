@@ -496,7 +496,7 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
                     width=64, delay_ns=500, timeout_ns=1_000_000, retry_limit=7, max_outstanding=64,
                     credit_timeout_ns=None, start_psn=None, start_msg=0, extra_hosts=(), pcap=None,
                     class_map=None, source_port=None, traffic_class=JobClass.RELIABLE, deadline_us=None,
-                    loss_bound=0.01, rescale=True, result_timeout_ns=None, layers=None):
+                    loss_bound=0.01, rescale=True, result_timeout_ns=None, layers=None, ipv6=True):
     """Jobs of ``workers`` workers each all-reducing ``nbytes`` bytes, around a switch engine (the golden
     model unless ``engine`` is a factory taking the :class:`SwitchConfig`). ``inputs``: ``{job: array
     (workers, elements)}`` of bit patterns, else random gradients from ``seed``. ``start_psn``: the first PSN
@@ -519,7 +519,8 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
     classified by ``class_map`` (the default map when ``None``) over ``layers`` (``[(name, size), ...]``
     per worker's tensor; the whole tensor when ``None``). Every receiver of a job keeps its results at one
     address. ``traffic_class`` may also be a list of one class per job (the jobs of both classes share the
-    switch). Returns ``(network, jobs, inputs)``."""
+    switch). ``ipv6``: the switch parses RoCE over IPv6 (``SwitchConfig.ipv6``). Returns ``(network, jobs,
+    inputs)``."""
     rng = np.random.default_rng(seed)
     fmt = get_format(dtype)
     hosts = [HostAddress(0x02_00_00_00_00_01 + h, f"10.0.{h // 250}.{h % 250 + 1}") for h in range(workers)]
@@ -563,7 +564,7 @@ def build_allreduce(*, workers=2, nbytes=4096, mtu=1024, dtype="fp32", jobs=1, p
                    for job, w, rq, rs, psn in plans]
     config = SwitchConfig(mac=switch_mac, ip=switch_ip, ports=ports,
                           forwarding={h.mac: port for h, port in zip(hosts, host_ports, strict=True)},
-                          jobs=job_configs, connections=connections)
+                          jobs=job_configs, connections=connections, ipv6=ipv6)
     engine = engine(config) if engine is not None else ModelEngine(config, clock_ns=CLOCK_NS[width])
     network = Network(engine, config, hosts, gbps=LINK_GBPS[width], delay_ns=delay_ns,
                       faults_up=faults_up or FaultSpec(), faults_down=faults_down or FaultSpec(), seed=seed,

@@ -94,10 +94,11 @@ IPV4_CHECKSUM_AT = [header_bytes(ETH_HEADER) + 4 * vlan + field_offsets(IPV4_HEA
                     for vlan in (0, 1)]
 
 
-def serialize_header(m, hdr, window_bytes):
+def serialize_header(m, hdr, window_bytes, ipv6=True):
     """The header bytes of record ``hdr`` (lane 0 first), their length, their layout and the sum of the IPv4
     header's words, as new signals. The IPv4 checksum bytes are left zero: the checksum is the sum's
-    ones' complement fold (``checksum_of_sum``), which the deparser works out a clock later."""
+    ones' complement fold (``checksum_of_sum``), which the deparser works out a clock later. Without
+    ``ipv6``, the layouts of RoCE over IPv6 are left out."""
     header = Signal(8 * window_bytes)
     length = Signal(8)
     layout = Signal(2)
@@ -109,15 +110,16 @@ def serialize_header(m, hdr, window_bytes):
         return [header[8 * (offset + i):8 * (offset + i + 1)].eq(b) for i, b in enumerate(byte_list)]
 
     tos = Cat(hdr.ip_ecn, hdr.ip_dscp)
-    m.d.comb += layout.eq(Cat(hdr.vlan_valid, hdr.ip_version == 6))
+    over_ipv6 = hdr.ip_version == 6
+    m.d.comb += layout.eq(Cat(hdr.vlan_valid, over_ipv6 if ipv6 else 0))
     for vlan in (0, 1):
-        for ipv6 in (0, 1):
-            with m.If((hdr.vlan_valid == vlan) & ((hdr.ip_version == 6) == ipv6)):
+        for v6 in (0, 1) if ipv6 else (0,):
+            with m.If((hdr.vlan_valid == vlan) & (over_ipv6 == v6) if ipv6 else hdr.vlan_valid == vlan):
                 eth = [*_pack([("dst", 48)], {"dst": hdr.eth_dst}), *_pack([("src", 48)], {"src": hdr.eth_src})]
                 if vlan:
                     eth += _pack([("tpid", 16), ("tci", 16)], {"tpid": C(ETHERTYPE_VLAN, 16), "tci": hdr.vlan_tci})
                 eth += _pack([("type", 16)], {"type": hdr.ethertype})
-                if ipv6:
+                if v6:
                     ip = _pack(IPV6_HEADER, {
                         "version": C(6, 4), "traffic_class": tos, "flow_label": hdr.ip_flow_label,
                         "payload_length": hdr.ip_len, "next_header": hdr.ip_proto, "hop_limit": hdr.ip_ttl,
@@ -196,11 +198,15 @@ class RoceDeparser(wiring.Component):
     pause in the middle, as a MAC's transmit side needs. Without it (cut-through behind the parser)
     the header beats go out while the payload is still on its way, and a frame pauses only where its
     payload does.
+
+    ``ipv6``: RoCE over IPv6 is serialized. Without it, the deparser takes the records of a parser built
+    without it (``RoceParser(ipv6=False)``), in which no IPv6 frame is RoCE.
     """
 
-    def __init__(self, width=64, *, whole_frames=False):
+    def __init__(self, width=64, *, whole_frames=False, ipv6=True):
         self.width = check_width(width)
         self.whole_frames = bool(whole_frames)
+        self.ipv6 = bool(ipv6)
         self.beat_bytes = width // 8
         self.window_bytes = window_bytes_for(width)
         self.rewind_stages = exact_log2(self.beat_bytes) + 1
@@ -229,7 +235,7 @@ class RoceDeparser(wiring.Component):
         m.d.comb += self.hdr.ready.eq(~record_valid | plans.w_rdy)
         with m.If(self.hdr.ready):
             m.d.sync += [record.eq(self.hdr.payload), record_valid.eq(self.hdr.valid)]
-        header, length, layout, ip_sum = serialize_header(m, record, self.window_bytes)
+        header, length, layout, ip_sum = serialize_header(m, record, self.window_bytes, self.ipv6)
         plan_in = Signal(plan_layout)
         m.d.comb += [
             plan_in.header.eq(header), plan_in.length.eq(length), plan_in.layout.eq(layout),

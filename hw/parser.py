@@ -184,9 +184,10 @@ def decode_normalize(m, window, vlan):
     return out
 
 
-def decode_raw(m, normalized):
+def decode_raw(m, normalized, ipv6=True):
     """Second decode step (combinational, from the registered :func:`Normalized` window): pick each
-    field at its IPv4 or IPv6 place, look the opcode up, and decide whether the frame is RoCE."""
+    field at its IPv4 or IPv6 place, look the opcode up, and decide whether the frame is RoCE. Without
+    ``ipv6``, an IPv6 header gives its traffic class only, and only IPv4 carries RoCE."""
     raw = Signal(RawFields)
     norm = normalized.window
     vlan, is_v4, is_v6 = normalized.vlan, normalized.is_v4, normalized.is_v6
@@ -200,7 +201,8 @@ def decode_raw(m, normalized):
     words = [_be(norm, L3 + 2 * i, 2) for i in range(10)]
     m.d.comb += [
         raw.eth_dst.eq(eth["dst"]), raw.eth_src.eq(eth["src"]), raw.ethertype.eq(eth["ethertype"]),
-        raw.ext_at.eq(Mux(is_v6, EXT_AT[6], EXT_AT[4]) + Mux(vlan, VLAN_BYTES, 0) + ICRC_BYTES),
+        raw.ext_at.eq((Mux(is_v6, EXT_AT[6], EXT_AT[4]) if ipv6 else EXT_AT[4]) + Mux(vlan, VLAN_BYTES, 0)
+                      + ICRC_BYTES),
         raw.vlan.eq(vlan), raw.vlan_tci.eq(normalized.vlan_tci),
         raw.is_v4.eq(is_v4), raw.is_v6.eq(is_v6),
         raw.ip_id.eq(ip4["identification"]), raw.ip_flags_frag.eq(ip4["flags_fragment"]),
@@ -208,34 +210,41 @@ def decode_raw(m, normalized):
         [raw.csum_pairs[i].eq(words[2 * i] + words[2 * i + 1]) for i in range(5)],
     ]
     with m.If(is_v6):
-        m.d.comb += [
-            raw.ip_dscp.eq(ip6["traffic_class"][2:8]), raw.ip_ecn.eq(ip6["traffic_class"][0:2]),
-            raw.ip_len.eq(ip6["payload_length"]), raw.ip_ttl.eq(ip6["hop_limit"]),
-            raw.ip_proto.eq(ip6["next_header"]), raw.ip_src.eq(ip6["src"]), raw.ip_dst.eq(ip6["dst"]),
-            udp_ok.eq(ip6["next_header"] == 17),
-            udp_word.eq(_be(norm, UDP_AT[6], header_bytes(UDP_HEADER))),
-            bth_word.eq(_be(norm, BTH_AT[6], header_bytes(BTH))),
-            raw.ext.eq(norm[8 * EXT_AT[6]:8 * (EXT_AT[6] + EXT_BYTES)]),
-            raw.ip_span.eq(header_bytes(IPV6_HEADER) + ip6["payload_length"]),
-            raw.udp_span.eq(ip6["payload_length"]),
-        ]
+        m.d.comb += [raw.ip_dscp.eq(ip6["traffic_class"][2:8]), raw.ip_ecn.eq(ip6["traffic_class"][0:2])]
     with m.Else():
-        m.d.comb += [
-            raw.ip_dscp.eq(ip4["dscp"]), raw.ip_ecn.eq(ip4["ecn"]),
-            raw.ip_len.eq(ip4["total_length"]), raw.ip_ttl.eq(ip4["ttl"]),
-            raw.ip_proto.eq(ip4["protocol"]), raw.ip_src.eq(ip4["src"]), raw.ip_dst.eq(ip4["dst"]),
-            udp_ok.eq((ip4["protocol"] == 17) & (ip4["flags_fragment"][0:14] == 0)),
-            udp_word.eq(_be(norm, UDP_AT[4], header_bytes(UDP_HEADER))),
-            bth_word.eq(_be(norm, BTH_AT[4], header_bytes(BTH))),
-            raw.ext.eq(norm[8 * EXT_AT[4]:8 * (EXT_AT[4] + EXT_BYTES)]),
-            raw.ip_span.eq(ip4["total_length"]),
-            raw.udp_span.eq(ip4["total_length"] - header_bytes(IPV4_HEADER)),
-        ]
+        m.d.comb += [raw.ip_dscp.eq(ip4["dscp"]), raw.ip_ecn.eq(ip4["ecn"])]
+    at_v6 = [
+        raw.ip_len.eq(ip6["payload_length"]), raw.ip_ttl.eq(ip6["hop_limit"]),
+        raw.ip_proto.eq(ip6["next_header"]), raw.ip_src.eq(ip6["src"]), raw.ip_dst.eq(ip6["dst"]),
+        udp_ok.eq(ip6["next_header"] == 17),
+        udp_word.eq(_be(norm, UDP_AT[6], header_bytes(UDP_HEADER))),
+        bth_word.eq(_be(norm, BTH_AT[6], header_bytes(BTH))),
+        raw.ext.eq(norm[8 * EXT_AT[6]:8 * (EXT_AT[6] + EXT_BYTES)]),
+        raw.ip_span.eq(header_bytes(IPV6_HEADER) + ip6["payload_length"]),
+        raw.udp_span.eq(ip6["payload_length"]),
+    ]
+    at_v4 = [
+        raw.ip_len.eq(ip4["total_length"]), raw.ip_ttl.eq(ip4["ttl"]),
+        raw.ip_proto.eq(ip4["protocol"]), raw.ip_src.eq(ip4["src"]), raw.ip_dst.eq(ip4["dst"]),
+        udp_ok.eq((ip4["protocol"] == 17) & (ip4["flags_fragment"][0:14] == 0)),
+        udp_word.eq(_be(norm, UDP_AT[4], header_bytes(UDP_HEADER))),
+        bth_word.eq(_be(norm, BTH_AT[4], header_bytes(BTH))),
+        raw.ext.eq(norm[8 * EXT_AT[4]:8 * (EXT_AT[4] + EXT_BYTES)]),
+        raw.ip_span.eq(ip4["total_length"]),
+        raw.udp_span.eq(ip4["total_length"] - header_bytes(IPV4_HEADER)),
+    ]
+    if ipv6:
+        with m.If(is_v6):
+            m.d.comb += at_v6
+        with m.Else():
+            m.d.comb += at_v4
+    else:       # (a Python choice: an ``If`` of a constant leaves Yosys' Verilog a dangling attribute)
+        m.d.comb += at_v4
     # the RoCE decision and the opcode table at both places at once, then the choice (``is_v6`` selects
     # hundreds of bits above: nothing should wait for it)
     roce_at = {}
     table_at = {}
-    for version, ip in ((4, ip4), (6, ip6)):
+    for version, ip in ((4, ip4), (6, ip6)) if ipv6 else ((4, ip4),):
         udp = _fields(norm, UDP_AT[version], UDP_HEADER)
         opcode = _fields(norm, BTH_AT[version], BTH)["opcode"]
         udp_here = (ip["next_header"] == 17) if version == 6 else \
@@ -252,28 +261,28 @@ def decode_raw(m, normalized):
                                  for name in EXTENSIONS]
                     m.d.comb += [table_at[version].ext_bytes.eq(info.extension_bytes),
                                  table_at[version].known.eq(1)]
-    table = Mux(is_v6, table_at[6].as_value(), table_at[4].as_value())
+    table = Mux(is_v6, table_at[6].as_value(), table_at[4].as_value()) if ipv6 else table_at[4].as_value()
     table = data.View(table_at[4].shape(), table)
     m.d.comb += [
-        raw.roce.eq(Mux(is_v6, roce_at[6], is_v4 & roce_at[4])),
+        raw.roce.eq(Mux(is_v6, roce_at[6], is_v4 & roce_at[4]) if ipv6 else is_v4 & roce_at[4]),
         [getattr(raw, f"has_{name}").eq(getattr(table, name)) for name in EXTENSIONS],
         raw.ext_bytes.eq(table.ext_bytes), raw.known.eq(table.known),
     ]
     return raw
 
 
-def decode_fields(m, raw):
+def decode_fields(m, raw, ipv6=True):
     """Second decode step (combinational, from the registered :data:`RawFields`): the header record
     (but for ``payload_len``), the IP end and the checksum partly summed."""
     out = Signal(Fields)
     hdr = out.header
-    ip_ok = Signal()
+    ip_ok = Signal()        # the IP fields are decoded
     udp_ok = Signal()
     roce = raw.roce
     udp = _split(raw.udp, UDP_HEADER)
     bth = _split(raw.bth, BTH)
     m.d.comb += [
-        ip_ok.eq(raw.is_v4 | raw.is_v6),
+        ip_ok.eq(raw.is_v4 | raw.is_v6 if ipv6 else raw.is_v4),
         udp_ok.eq(ip_ok & raw.udp_ok),
         hdr.roce.eq(roce),
         hdr.eth_dst.eq(raw.eth_dst), hdr.eth_src.eq(raw.eth_src),
@@ -285,17 +294,20 @@ def decode_fields(m, raw):
         out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3]),
         out.csum_part[2].eq(raw.csum_pairs[4]),
     ]
+    with m.If(raw.is_v4 | raw.is_v6):
+        m.d.comb += [hdr.ip_dscp.eq(raw.ip_dscp), hdr.ip_ecn.eq(raw.ip_ecn)]
     with m.If(ip_ok):
         m.d.comb += [
-            hdr.ip_dscp.eq(raw.ip_dscp), hdr.ip_ecn.eq(raw.ip_ecn), hdr.ip_len.eq(raw.ip_len),
+            hdr.ip_len.eq(raw.ip_len),
             hdr.ip_ttl.eq(raw.ip_ttl), hdr.ip_proto.eq(raw.ip_proto),
             hdr.ip_src.eq(raw.ip_src), hdr.ip_dst.eq(raw.ip_dst),
         ]
     with m.If(raw.is_v4):
         m.d.comb += [hdr.ip_id.eq(raw.ip_id), hdr.ip_flags_frag.eq(raw.ip_flags_frag),
                      hdr.ip_csum.eq(raw.ip_csum)]
-    with m.If(raw.is_v6):
-        m.d.comb += hdr.ip_flow_label.eq(raw.ip_flow_label)
+    if ipv6:
+        with m.If(raw.is_v6):
+            m.d.comb += hdr.ip_flow_label.eq(raw.ip_flow_label)
     with m.If(udp_ok):
         m.d.comb += [hdr.udp_sport.eq(udp["sport"]), hdr.udp_dport.eq(udp["dport"]),
                      hdr.udp_len.eq(udp["length"]), hdr.udp_csum.eq(udp["checksum"])]
@@ -335,7 +347,7 @@ def decode_fields(m, raw):
     return out
 
 
-def decode_context(m, fields):
+def decode_context(m, fields, ipv6=True):
     """Last decode step (combinational, from the registered :data:`Fields`): the
     :data:`FrameContext`. Every value is computed into a signal of its own (no field of ``ctx`` is
     computed from another field of ``ctx``)."""
@@ -354,7 +366,7 @@ def decode_context(m, fields):
         ctx.hdr_len.eq(hdr.hdr_len), ctx.roce.eq(roce),
         # the ones'-complement sum is 0xFFFF exactly when low + high == 0xFFFF with high < 16
         ctx.csum_ok.eq((hdr.ip_version == 4) & (csum[4:16] == 0xFFF) & (csum[0:4] == ~csum[16:20])),
-        ctx.layout.eq(Cat(hdr.vlan_valid, hdr.ip_version == 6)),
+        ctx.layout.eq(Cat(hdr.vlan_valid, (hdr.ip_version == 6) if ipv6 else 0)),
         header.payload_len.eq(Mux(roce & room_ok, payload_room, 0)),
         ctx.end.eq(Mux(roce, fields.ip_end, 0)),
         ctx.cut.eq(Mux(roce, fields.ip_end - ICRC_BYTES, -1)),
@@ -417,12 +429,15 @@ def Stage4(width):
 class RoceParser(wiring.Component):
     """Parse RoCE v2 frames; see the module docstring and docs/ARCHITECTURE.md.
 
-    Parameters: ``width``, the datapath width in bits (64 .. 512).
+    Parameters: ``width``, the datapath width in bits (64 .. 512); ``ipv6``: RoCE over IPv6 is parsed (without
+    it, an IPv6 header gives its traffic class only: ``ip_version`` 6, ``ip_dscp``, ``ip_ecn``, and the frame
+    is not RoCE; ``netreduce.sim.roce_model.parse_frame(frame, ipv6=False)``).
     Ports: ``i`` (frame stream in), ``hdr`` (header records out), ``o`` (payload stream out).
     """
 
-    def __init__(self, width=64):
+    def __init__(self, width=64, *, ipv6=True):
         self.width = check_width(width)
+        self.ipv6 = bool(ipv6)
         self.beat_bytes = width // 8
         self.window_bytes = window_bytes_for(width)
         self.window_beats = self.window_bytes // self.beat_bytes
@@ -515,11 +530,11 @@ class RoceParser(wiring.Component):
         m.d.sync += [
             dec_valid.eq(Cat(window_done, dec_valid[:-1])),
             normalized.eq(decode_normalize(m, window, window_vlan)),
-            raw.eq(decode_raw(m, normalized)),
-            fields.eq(decode_fields(m, raw)),
+            raw.eq(decode_raw(m, normalized, self.ipv6)),
+            fields.eq(decode_fields(m, raw, self.ipv6)),
         ]
         context, header = Signal(FrameContext), Signal(ParsedHeader)
-        m.d.sync += Cat(context, header).eq(Cat(*decode_context(m, fields)))
+        m.d.sync += Cat(context, header).eq(Cat(*decode_context(m, fields, self.ipv6)))
         m.d.comb += [
             contexts.w_data.eq(context),
             contexts.w_en.eq(dec_valid[-1]),

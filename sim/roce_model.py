@@ -74,8 +74,10 @@ def has_udp(header):
     return version == 6 or (version == 4 and header["ip_flags_frag"] & 0x3FFF == 0)
 
 
-def parse_frame(frame):
-    """Parse one Ethernet frame (bytes, no preamble or FCS) as the parser contract says."""
+def parse_frame(frame, *, ipv6=True):
+    """Parse one Ethernet frame (bytes, no preamble or FCS) as the parser contract says. ``ipv6=False``: as a
+    parser built without IPv6 RoCE does, which takes an IPv6 header's traffic class only (``ip_version`` 6,
+    ``ip_dscp``, ``ip_ecn``) and is RoCE over IPv4 alone."""
     if type(frame) is not bytes:
         frame = bytes(frame)
     length = len(frame)
@@ -125,6 +127,8 @@ def parse_frame(frame):
         h["ip_version"] = 6
         h["ip_dscp"] = tc >> 2
         h["ip_ecn"] = tc & 0x3
+        if not ipv6:
+            return ParsedFrame(h, frame, {"icrc_ok": 0, "ipv4_csum_ok": 0, "len_ok": 1})
         h["ip_flow_label"] = first & 0xFFFFF
         h["ip_len"] = ip_len
         h["ip_proto"] = proto

@@ -207,6 +207,7 @@ class SwitchConfig:
     forwarding: dict = field(default_factory=dict)     # destination MAC -> port
     default_port: int = 0
     max_frame: int = 9216                              # longest payload stream (whole frame if not RoCE)
+    ipv6: bool = True                                  # RoCE over IPv6 is parsed (the build's ``ipv6``)
     jobs: list = field(default_factory=list)           # JobConfig
     connections: list = field(default_factory=list)    # ConnectionConfig
 
@@ -360,8 +361,8 @@ class SwitchModel:
     def managed(cls, build, management):
         """The switch of build ``build`` (``NetReduceSwitch.parameters``) as it leaves reset, configured only
         through management packets from the manager of ``management`` (a ``netreduce.wire.ManagementAddress``)."""
-        model = cls(SwitchConfig(ports=build["ports"], max_frame=build["max_frame"]), management=management,
-                    build=build)
+        model = cls(SwitchConfig(ports=build["ports"], max_frame=build["max_frame"], ipv6=build.get("ipv6", True)),
+                    management=management, build=build)
         model._configure(config_from_registers(model.registers, build))
         return model
 
@@ -407,7 +408,7 @@ class SwitchModel:
         out = []
         if now is not None:
             self._expire(now, out)
-        parsed = parse_frame(frame)
+        parsed = parse_frame(frame, ipv6=self.config.ipv6)
         h = parsed.header
         if h["roce"] and not verdict_good(h, parsed.verdict):
             self.counters["drop_bad_icrc" if not parsed.verdict["icrc_ok"] else "drop_bad_checksum"] += 1
@@ -943,4 +944,4 @@ def config_from_registers(registers, build):
         keys |= new_keys
     return SwitchConfig(mac=r["switch", 0, "mac"], ip=r["switch", 0, "ip"], control_port=r["switch", 0, "control_port"],
                         ports=ports, forwarding=forwarding, default_port=default_port if default_port < ports else 0,
-                        max_frame=build["max_frame"], jobs=jobs, connections=connections)
+                        max_frame=build["max_frame"], ipv6=build.get("ipv6", True), jobs=jobs, connections=connections)

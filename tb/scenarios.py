@@ -32,7 +32,7 @@ SWITCH_BUILDS = {
     "bf16x64": dict(width=64, workers=4, jobs=1, dtype="bf16"),
     # 64-bit ports into the 512-bit core (hw.gearbox), every port at line rate at once
     "fp32x512p64": dict(width=512, port_width=64, workers=4, jobs=2, dtype="fp32", ports=4),
-    "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16"),
+    "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16", ipv6=False),   # (without IPv6 RoCE)
 }
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 4096, 4, 4
 

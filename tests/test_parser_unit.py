@@ -37,8 +37,8 @@ def verdict_dict(record):
     return {name: int(getattr(record, name)) for name, _ in PAYLOAD_VERDICT_FIELDS}
 
 
-def simulate_parser(frames, width, *, idle=0.0, backpressure=0.0, seed=0):
-    dut, sim = shared_simulator(("RoceParser", width), lambda: RoceParser(width))
+def simulate_parser(frames, width, *, idle=0.0, backpressure=0.0, seed=0, ipv6=True):
+    dut, sim = shared_simulator(("RoceParser", width, ipv6), lambda: RoceParser(width, ipv6=ipv6))
     headers, payloads = [], []
     run(dut,
         [send_frames(dut.i, frames, width // 8, idle=idle, seed=seed)],
@@ -48,11 +48,11 @@ def simulate_parser(frames, width, *, idle=0.0, backpressure=0.0, seed=0):
     return [header_dict(h) for h in headers], [(p, verdict_dict(beat.verdict)) for p, beat in payloads]
 
 
-def check_parser(frames, width, **knobs):
-    headers, payloads = simulate_parser(frames, width, **knobs)
+def check_parser(frames, width, *, ipv6=True, **knobs):
+    headers, payloads = simulate_parser(frames, width, ipv6=ipv6, **knobs)
     assert len(headers) == len(payloads) == len(frames)
     for index, (frame, header, (payload, verdict)) in enumerate(zip(frames, headers, payloads, strict=True)):
-        expected = roce_model.parse_frame(frame)
+        expected = roce_model.parse_frame(frame, ipv6=ipv6)
         diff = {name: (header[name], expected.header[name]) for name in header
                 if header[name] != expected.header[name]}
         assert not diff, f"frame {index}: header fields (rtl, model) differ: {diff}"
@@ -60,8 +60,8 @@ def check_parser(frames, width, **knobs):
         assert payload == expected.payload, f"frame {index}: payload differs"
 
 
-def simulate_deparser(records, payloads, verdicts, width, *, idle=0.0, backpressure=0.0, seed=0):
-    dut, sim = shared_simulator(("RoceDeparser", width), lambda: RoceDeparser(width))
+def simulate_deparser(records, payloads, verdicts, width, *, idle=0.0, backpressure=0.0, seed=0, ipv6=True):
+    dut, sim = shared_simulator(("RoceDeparser", width, ipv6), lambda: RoceDeparser(width, ipv6=ipv6))
     frames = []
     constants = [ParsedHeader.const(record) for record in records]
     verdict_constants = [Verdict.const(v) for v in verdicts]
@@ -73,10 +73,10 @@ def simulate_deparser(records, payloads, verdicts, width, *, idle=0.0, backpress
     return [frame for frame, _ in frames]
 
 
-def check_deparser(frames, width, **knobs):
-    parsed = [roce_model.parse_frame(frame) for frame in frames]
+def check_deparser(frames, width, *, ipv6=True, **knobs):
+    parsed = [roce_model.parse_frame(frame, ipv6=ipv6) for frame in frames]
     out = simulate_deparser([p.header for p in parsed], [p.payload for p in parsed],
-                            [p.verdict for p in parsed], width, **knobs)
+                            [p.verdict for p in parsed], width, ipv6=ipv6, **knobs)
     assert len(out) == len(frames)
     for index, (p, got) in enumerate(zip(parsed, out, strict=True)):
         expected = roce_model.deparse_frame(p.header, p.payload, p.verdict)
@@ -160,3 +160,31 @@ def test_parser_hypothesis(frames):
 @given(frames=frame_mix)
 def test_deparser_hypothesis(frames):
     check_deparser(frames, 64, idle=0.1, backpressure=0.2)
+
+
+def _ip_versions_mix():
+    """RoCE and plain UDP over IPv4 and IPv6, tagged and not, with a DSCP each."""
+    frames = []
+    for i, (v6, vlan) in enumerate([(False, None), (True, None), (True, 5), (False, 9)] * 3):
+        addresses = dict(ipv6=True, src_ip="fd00::1", dst_ip="fd00::2") if v6 else {}
+        frames.append(build_roce_frame(0x0A, bytes(range(i, i + 40)), reth=(0x1000 * i, 7, 40), psn=i,
+                                       vlan=vlan, dscp=i + 1, **addresses))
+        frames.append(build_roce_frame(0x04, bytes(i), psn=i, dport=9, vlan=vlan, dscp=i + 20, **addresses))
+    return frames
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_parser_without_ipv6_takes_an_ipv6_header_s_traffic_class_only(width):
+    """Built without IPv6 RoCE, the parser gives what ``parse_frame(frame, ipv6=False)`` gives: an IPv6 frame
+    is not RoCE (its whole frame is the payload) and its record holds the IP version and traffic class."""
+    frames = _ip_versions_mix()
+    parsed = [roce_model.parse_frame(frame, ipv6=False) for frame in frames]
+    assert any(p.header["ip_version"] == 6 and p.header["ip_dscp"] for p in parsed)
+    assert not any(p.header["roce"] for p in parsed if p.header["ip_version"] == 6)
+    assert any(p.header["roce"] for p in parsed)
+    check_parser(frames, width, ipv6=False, idle=0.2, backpressure=0.2, seed=width)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_deparser_without_ipv6_rebuilds_what_that_parser_gives(width):
+    check_deparser(_ip_versions_mix(), width, ipv6=False, idle=0.2, backpressure=0.2, seed=width)

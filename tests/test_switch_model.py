@@ -565,3 +565,20 @@ def test_credit_window_is_continuous_across_2_32(start, slots):
     assert parse_control_payload(payload_of_udp(out[1][1])).value == (start + slots) % (1 << 32)
     assert len(f.send(frames[slots])) == 1
     assert f.send(frames[slots + 1]) == [] and f.switch.counters["drop_no_credit"] == 2
+
+
+def test_without_ipv6_an_ipv6_roce_frame_goes_on_byte_for_byte():
+    """``SwitchConfig(ipv6=False)``: an IPv6 RoCE frame is not RoCE to the switch. With a wrong ICRC and bytes
+    past its IP packet it goes on unchanged and is counted forwarded; with IPv6 it is dropped (a wrong ICRC)
+    or rebuilt (the bytes past the packet become no part of it)."""
+    v6 = dict(ipv6=True, src_ip="fd00::1", dst_ip="fd00::2", eth_dst=0x02_00_00_00_0F_0F)
+    bad = build_roce_frame(0x04, bytes(range(20)), psn=5, icrc=0xDEADBEEF, **v6)
+    trailer = build_roce_frame(0x04, bytes(range(20)), psn=6, **v6) + bytes(range(1, 9))
+    without = SwitchModel(SwitchConfig(ipv6=False))
+    assert without.receive(0, bad) == [(0, bad)]
+    assert without.receive(0, trailer) == [(0, trailer)]
+    assert without.counters["forwarded"] == 2 and without.counters["drop_bad_icrc"] == 0
+    with_ipv6 = SwitchModel(SwitchConfig())
+    assert with_ipv6.receive(0, bad) == []
+    assert with_ipv6.counters["drop_bad_icrc"] == 1
+    assert with_ipv6.receive(0, trailer) == [(0, trailer[:-8])]

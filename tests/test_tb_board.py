@@ -16,7 +16,7 @@ from netreduce.tb.scenarios import MANAGEMENT
 
 pytestmark = pytest.mark.slow(minutes=2)
 
-BUILD = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=4, max_frame=2048,
+BUILD = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=4, max_frame=2048, ipv6=False,
              egress_buffer=8192, forwarding_entries=8)
 ADDRESS = dataclasses.replace(MANAGEMENT, manager_ingress=1)
 RUN = {"ports": 2, "workers": BUILD["workers"], "forwarding_entries": BUILD["forwarding_entries"],

@@ -231,6 +231,36 @@ def test_16_bit_formats_64(tmp_path, dtype):
     replay(tmp_path, scenario, f"{dtype}x64", idle=0.1, backpressure=0.1, seed=6)
 
 
+def ipv6_frames():
+    """IPv6 frames to a host the network does not have: RoCE with its ICRC right, wrong, and followed by bytes
+    past the IP packet; UDP that is not RoCE; each with a traffic class."""
+    v6 = dict(ipv6=True, src_ip="fd00::7", dst_ip="fd00::8", eth_dst=0x02_00_00_00_0F_0F, dest_qp=0x123)
+    return [build_roce_frame(0x04, bytes(range(32)), psn=1, dscp=26, **v6),
+            build_roce_frame(0x04, bytes(range(32)), psn=2, dscp=46, icrc=0xDEADBEEF, **v6),
+            build_roce_frame(0x0A, bytes(24), reth=(0x1000, 7, 24), psn=3, **v6) + bytes(range(1, 11)),
+            build_roce_frame(0x04, bytes(16), dport=9, dscp=10, **v6)]
+
+
+def test_ipv6_frames_go_on_byte_for_byte_without_ipv6_64(tmp_path):
+    """A build without IPv6 RoCE (fp16x64) forwards IPv6 frames byte for byte, a wrong ICRC and bytes past
+    the IP packet included, between the frames of an all-reduce; the switch with IPv6 drops the one with the
+    wrong ICRC (the golden model, both ways)."""
+    frames = ipv6_frames()
+
+    def setup(network):
+        for frame in frames:
+            network.engine.inject(0, frame, 0)
+    scenario = record(workers=3, nbytes=3000, mtu=256, dtype="fp16", seed=8, ipv6=False, setup=setup)
+    assert scenario["status"] == "done"
+    sent = {frame: produced for (_, frame), produced in zip(scenario["inputs"], scenario["outputs"], strict=True)
+            if frame in frames}
+    assert [[out for _, out in sent[frame]] for frame in frames] == [[frame] for frame in frames]
+    assert scenario["counters"]["drop_bad_icrc"] == 0
+    with_ipv6 = record(workers=3, nbytes=3000, mtu=256, dtype="fp16", seed=8, setup=setup)
+    assert with_ipv6["counters"]["drop_bad_icrc"] == 1
+    replay(tmp_path, scenario, "fp16x64", idle=0.1, backpressure=0.1, seed=8)
+
+
 def test_simulate_closed_loop_on_the_rtl(tmp_path):
     """`netreduce simulate --engine rtl`: the emulated workers around the running Verilog (the fp32x64
     build: 8 workers, 2 jobs, 2 ports, MTU room 4096), with faults on both sides; the hosts on both ports

