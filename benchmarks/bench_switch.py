@@ -64,8 +64,8 @@ from pathlib import Path
 
 from netreduce.host.network import CLOCK_NS, ModelEngine, build_allreduce, record_frames
 from netreduce.host.packets import build_ack, build_roce_frame
-from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch import NetReduceSwitch
+from netreduce.hw.switch.emitter import HeaderEntry
 from netreduce.tb.harness import run_switch
 
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
@@ -150,7 +150,7 @@ def run_measure(switch, scenario, workers, ports_at_once=False):
 def slot_memory_bits(switch):
     """Bits the switch holds per worker per packet slot."""
     bank = switch.packet_beats * switch.width
-    header = ParsedHeader.size + 128
+    header = HeaderEntry.size        # a contribution's stored header and its own 16 bytes
     results = 2 * switch.packet_beats * switch.width / switch.workers
     return {"bank": bank, "header_store": header, "result_share": round(results),
             "total": round(bank + header + results)}

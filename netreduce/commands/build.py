@@ -5,8 +5,8 @@ the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), th
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
 the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint.
 
-The switch options are ``generate``'s, with small defaults (they fit the ECP5-85 boards; the switch does not
-fit the Versa's ECP5-45: docs/ARCHITECTURE.md, "Boards");
+The switch options are ``generate``'s, with small defaults (they fit the ECP5-85 boards, not the Versa's ECP5-45,
+where a smaller switch does: docs/ARCHITECTURE.md, "Boards");
 the board's switch is configured in-band only, so ``--manager-mac`` and ``--manager-ip`` are required.
 ``--loopback`` builds the bring-up image instead: no switch, each port echoing its good frames.
 """
@@ -25,7 +25,8 @@ from .generate import add_switch_arguments, switch_arguments
 
 __all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "summarize_report", "overfull"]
 
-# a small switch: it fits the LFE5UM5G-85F boards (59 % of the LUTs before packing), not the Versa's LFE5UM-45F
+# a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
+# LFE5UM-45F (112 %)
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192, ipv6=False)
 CARDS = ("alveo-u280",)
