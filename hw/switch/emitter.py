@@ -11,7 +11,8 @@ serializes (docs/ARCHITECTURE.md, "Switch behaviour, per received frame": what e
 - ``DUPLICATE``: the answer to a duplicate: its header record from ``headers`` and the stored sum
   (``results`` at result slot ``rslot``), a first packet's own 16 bytes (``own``) over its start;
 - ``RESULTS``: a packet slot's sum, once to each of the job's ``workers`` (``all``) or to ``worker`` (a
-  resend): each worker's stored header record (``store_header``) and the sum with that worker's own 16 bytes
+  resend): each worker's stored header (``store_header``: a ``StoredHeader``, its record but for what its
+  connection fixes, which ``restore_header`` puts back) and the sum with that worker's own 16 bytes
   (``store_own``) over a first packet's start. A bounded-loss result (``lossy``) is built from the template
   worker's (``template``) stored header, addressed from the worker's requester to its responder, with the
   connection's next PSN (``sent + 1``, used up: ``psn_used``), the responder's R_Key and the contributor
