@@ -54,7 +54,7 @@ from ..egress import (
 )
 from ..registers import EGRESS_COUNTERS
 from .fp.adder import check_int
-from .ram import NO_COLLISION, BlockRAMReadPort
+from .ram import NO_COLLISION, BlockRAMReadPort, increment
 from .stream import FrameBeat, check_width, frame_stream
 
 __all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS", "MAX_QUEUES",
@@ -155,10 +155,6 @@ def _popcount(bits):
     while len(terms) > 1:
         terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
     return terms[0]
-
-
-def _increment(value, modulo):
-    return Mux(value == modulo - 1, 0, value + 1)
 
 
 class EgressQueues(wiring.Component):
@@ -269,14 +265,14 @@ class EgressQueues(wiring.Component):
         given_cell = Signal(cell_bits)      # ... this one
         from_list = fresh == cells
         m.d.comb += new_cell.eq(Mux(from_list, free_r.data, fresh))
-        head_next = Mux(allocate & from_list, _increment(free_head, cells), free_head)
+        head_next = Mux(allocate & from_list, increment(free_head, cells), free_head)
         m.d.comb += free_r.addr.eq(head_next)
         m.d.sync += free_head.eq(head_next)
         with m.If(allocate & ~from_list):
             m.d.sync += fresh.eq(fresh + 1)
         m.d.comb += [free_w.addr.eq(free_tail), free_w.data.eq(given_cell), free_w.en.eq(give_back)]
         with m.If(give_back):
-            m.d.sync += free_tail.eq(_increment(free_tail, cells))
+            m.d.sync += free_tail.eq(increment(free_tail, cells))
         free_next = Signal.like(free_cells)
         m.d.comb += free_next.eq(free_cells + give_back - allocate)
         m.d.sync += [free_cells.eq(free_next), room.eq(free_next >= self.max_frame_cells)]

@@ -15,7 +15,7 @@ from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory, ReadPort
 
-__all__ = ["NO_COLLISION", "BlockRAMReadPort", "BlockRAMFIFO", "RegisterFIFO"]
+__all__ = ["NO_COLLISION", "BlockRAMReadPort", "BlockRAMFIFO", "RegisterFIFO", "increment"]
 
 # The attributes of a memory whose reader never reads a word in the clock it is written (the module docstring).
 NO_COLLISION = {"no_rw_check": 1}
@@ -73,9 +73,9 @@ class BlockRAMFIFO(Elaboratable):
             self.level.eq(stored + self.r_rdy),
         ]
         with m.If(do_write):
-            m.d.sync += produce.eq(_next(produce, inner))
+            m.d.sync += produce.eq(increment(produce, inner))
         with m.If(do_read):
-            m.d.sync += [self.r_data.eq(read.data), self.r_rdy.eq(1), consume.eq(_next(consume, inner))]
+            m.d.sync += [self.r_data.eq(read.data), self.r_rdy.eq(1), consume.eq(increment(consume, inner))]
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         with m.If(do_write & ~do_read):
@@ -85,9 +85,9 @@ class BlockRAMFIFO(Elaboratable):
         return m
 
 
-def _next(pointer, size):
-    """``pointer + 1`` modulo ``size``."""
-    return Mux(pointer == size - 1, 0, pointer + 1)
+def increment(value, modulo):
+    """``value + 1`` modulo ``modulo`` (a pointer into a memory of ``modulo`` words)."""
+    return Mux(value == modulo - 1, 0, value + 1)
 
 
 class RegisterFIFO(Elaboratable):

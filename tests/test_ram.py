@@ -13,6 +13,14 @@ from netreduce.hw.ram import NO_COLLISION, BlockRAMFIFO, BlockRAMReadPort, Regis
 PORTS = ("w_rdy", "r_rdy", "r_data", "level")
 
 
+
+def simulate(dut, testbench):
+    """Run ``testbench`` on ``dut`` with a clock, to its end."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+
 @pytest.mark.parametrize("depth", [3, 4, 7, 64])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_block_ram_fifo_behaves_as_sync_fifo_buffered(depth, seed):
@@ -42,10 +50,7 @@ def test_block_ram_fifo_behaves_as_sync_fifo_buffered(depth, seed):
                 read_back.append(ctx.get(ours.r_data))
             await ctx.tick()
 
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(m, testbench)
     assert read_back == [i % 4096 for i in range(len(read_back))]
     assert len(read_back) > 1000
 
@@ -84,10 +89,7 @@ def test_register_fifo_keeps_order_and_takes_a_word_every_clock(seed):
             held += wrote - read
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(dut, testbench)
     assert read_back == [i % 4096 for i in range(len(read_back))]
     assert through and all(through), "a word did not go through every clock with both sides busy"
 
@@ -113,7 +115,4 @@ def test_block_ram_read_port_reads_as_a_synchronous_port():
             assert ctx.get(ours.data) == ctx.get(reference.data), clock
             await ctx.tick()
 
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(m, testbench)
