@@ -221,12 +221,14 @@ def scenario(width, seed):
     return s
 
 
-def run_scenario(width, *, seed, idle, backpressure):
-    s = scenario(width, seed)
+def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None):
+    """``scenario(width, seed)`` (or ``s``) through the bench; ``beat_clocks`` gets the clock of every beat out."""
+    s = s or scenario(width, seed)
     bench = Bench(width, s.ring, s.store, s.results)
     e, B = bench.emitter, width // 8
     rng = random.Random(seed + 1)
     frames, classes, stalls, psn_used = [], [], [], []
+    beat_clocks = [] if beat_clocks is None else beat_clocks
     sums_released = []
 
     async def configure_and_offer(ctx):
@@ -255,6 +257,8 @@ def run_scenario(width, *, seed, idle, backpressure):
 
     async def release_sums(ctx):
         """Hold the sums back a while: no result that needs one may leave before it is done."""
+        if not s.sums:
+            return
         await ctx.tick().repeat(400)
         sums_released.append(len(frames))
         for _ in range(s.sums):
@@ -270,7 +274,7 @@ def run_scenario(width, *, seed, idle, backpressure):
                 classes.append((int(payload.dscp), int(payload.lossy)))
 
     async def take_frames(ctx):
-        current, gaps = bytearray(), 0
+        current, gaps, clock = bytearray(), 0, 0
         o = bench.deparser.o
         while True:
             ready = rng.random() >= backpressure
@@ -278,6 +282,7 @@ def run_scenario(width, *, seed, idle, backpressure):
             ctx.set(e.classes.ready, 1)
             valid = ctx.get(o.valid)
             if ready and valid:
+                beat_clocks.append(clock)
                 beat = ctx.get(o.payload)
                 current += int(beat.data).to_bytes(B, "little")[:int(beat.keep).bit_length()]
                 if beat.last:
@@ -287,6 +292,7 @@ def run_scenario(width, *, seed, idle, backpressure):
             elif current:
                 gaps += 1
             await ctx.tick()
+            clock += 1
 
     sim = Simulator(bench)
     sim.add_clock(1e-8)
@@ -331,3 +337,19 @@ def test_descriptors_become_the_contracts_frames(width, idle, backpressure):
     assert sorted(psn_used) == sorted([WORKERS + w for w in range(WORKERS)] + [WORKERS + 2])
     if backpressure == 0:
         assert stalls == [0] * len(frames), "a frame paused inside"
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_back_to_back_acks_leave_one_beat_a_clock(width):
+    """Frames that go on, offered back to back with no backpressure, leave at one beat a clock with no idle
+    clock between them: at 512 bits each ACK is one beat, so the emitter and the deparser take a frame a
+    clock (the deparser starts a frame only once its payload is there: the payloads must lead)."""
+    s = Scenario(width, random.Random(width))
+    for n in range(60):
+        s.forward(s.data_frame(n % (JOBS * WORKERS), 0x11, b"", psn=n, aeth=(0, n)))
+    beat_clocks = []
+    _, frames, *_ = run_scenario(width, seed=width, idle=0.0, backpressure=0.0, s=s, beat_clocks=beat_clocks)
+    assert frames == [want for want, _, _ in s.expected]
+    # (the first frames leave while the later ones are still on their way in: count from the tenth)
+    tail = beat_clocks[len(beat_clocks) // 6:]
+    assert tail == list(range(tail[0], tail[0] + len(tail))), "an idle clock between frames out"

@@ -21,11 +21,15 @@ serializes (docs/ARCHITECTURE.md, "Switch behaviour, per received frame": what e
 - ``CREDITS``: a CREDIT control frame (``netreduce.host.protocol.build_control_frame``) from the switch to
   each of the job's requesters (``all``) or to ``worker``'s, granting ``value``.
 
-Two sequencers walk the descriptors in the same order: the header sequencer hands every frame's header
-record to ``hdr`` as early as it can (and the frame's class to ``classes`` in the same clock: its DSCP, a
-CREDIT's ``CONTROL_DSCP``, 0 where the parser found no IP header), the payload sequencer streams the
-payloads behind them on ``payload``, one word a clock, on credits for the FIFO in front of ``payload``, so
-that nothing it decides waits on the deparser taking a word. ``results_sent`` marks the clock the last word
+Two sequencers walk the descriptors in the same order. The payload sequencer takes each descriptor first
+and queues it for the header sequencer (``header_jobs``); it streams the payloads on ``payload``, one word
+a clock, on credits for the FIFO in front of ``payload``, so that nothing it decides waits on the deparser
+taking a word. The header sequencer hands every frame's header record to ``hdr`` as early as it can (and
+the frame's class to ``classes`` in the same clock: its DSCP, a CREDIT's ``CONTROL_DSCP``, 0 where the
+parser found no IP header). The payloads lead: the deparser starts a frame only once its first payload
+word is there (``whole_frames``) and holds three records at most, so payloads issued behind their headers
+made a loop: four 1-beat frames in the nine clocks from a descriptor's take to its payload's arrival in
+the deparser. ``results_sent`` marks the clock the last word
 of a RESULTS descriptor is issued (the message's count in ``unsent.UnsentResults`` goes down),
 ``frame_out`` each header handed over (``frames_out``).
 """
@@ -216,14 +220,15 @@ class Emitter(wiring.Component):
         # memory (a slot's sum or a duplicate's stored sum, with a first packet's own 16 bytes over its
         # start: a duplicate's from its descriptor, a result's from the header store) or the CREDIT control
         # frame built from the descriptor. A word issued in one clock is written in the next (``issued``).
-        m.submodules.payload_jobs = payload_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
+        m.submodules.header_jobs = header_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
         depth = self.OUTGOING_DEPTH
         m.submodules.outgoing = outgoing = SyncFIFOBuffered(width=PayloadBeat(W).size, depth=depth)
         out = self.payload
         m.d.comb += [out.valid.eq(outgoing.r_rdy), out.payload.eq(outgoing.r_data), outgoing.r_en.eq(out.ready)]
         credits = Signal(range(depth + 1), init=depth)
 
-        job = data.View(Descriptor, payload_jobs.r_data)
+        descriptors = self.descriptors
+        job = descriptors.payload
         d = Signal(Descriptor)                  # the descriptor whose frames are being issued
         worker = Signal(range(N + 1))           # ... for this worker
         loaded, awaiting_sum = Signal(), Signal()
@@ -248,13 +253,13 @@ class Emitter(wiring.Component):
                 m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
         take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
         with m.If(take):
-            m.d.comb += payload_jobs.r_en.eq(1)
             m.d.sync += loaded.eq(0)
-            with m.If(payload_jobs.r_rdy):
+            m.d.comb += [descriptors.ready.eq(header_jobs.w_rdy), header_jobs.w_en.eq(descriptors.valid)]
+            with m.If(descriptors.valid & header_jobs.w_rdy):
                 several = job.all                   # one frame per worker, from worker 0
                 needs_sum = (job.kind == RESULTS) & ~job.resend
                 sum_now = needs_sum & (sums_ready != 0)
-                m.d.sync += [d.eq(payload_jobs.r_data), worker.eq(Mux(several, 0, job.worker)),
+                m.d.sync += [d.eq(job), worker.eq(Mux(several, 0, job.worker)),
                              more.eq(several & (job.workers > 1)),
                              # (a payload of no bytes still takes one word, with no byte kept)
                              last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
@@ -345,23 +350,23 @@ class Emitter(wiring.Component):
             h_ready.eq(self.hdr.ready & self.classes.ready),
             self.frame_out.eq(h_valid & h_ready),
         ]
-        descriptors, headers, hs_r = self.descriptors, self.headers, self.store_header
-        incoming = descriptors.payload
+        headers, hs_r = self.headers, self.store_header
+        incoming = data.View(Descriptor, header_jobs.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),
                      hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
-                     payload_jobs.w_data.eq(descriptors.payload)]
+                     header_jobs.w_data.eq(descriptors.payload)]
         h_more = h_worker + 1 < h_desc.workers
         with m.FSM(name="headers"):
             def take():
                 """Take the next descriptor (in TAKE, or in the clock the last header of one is handed over,
                 so that a 1-beat frame's header goes every clock)."""
-                m.d.comb += [descriptors.ready.eq(payload_jobs.w_rdy), payload_jobs.w_en.eq(descriptors.valid)]
+                m.d.comb += header_jobs.r_en.eq(1)
                 m.next = "TAKE"
-                with m.If(descriptors.valid & payload_jobs.w_rdy):
-                    m.d.sync += [h_desc.eq(descriptors.payload), h_worker.eq(Mux(incoming.all, 0, incoming.worker))]
+                with m.If(header_jobs.r_rdy):
+                    m.d.sync += [h_desc.eq(incoming), h_worker.eq(Mux(incoming.all, 0, incoming.worker))]
                     with m.Switch(incoming.kind):
                         with m.Case(FORWARD, DUPLICATE):
                             m.next = "FIFO_HEADER"
