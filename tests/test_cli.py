@@ -59,6 +59,31 @@ def test_each_command_shows_the_switch_defaults_it_uses():
         assert f"longest frame that can go on (default {max_frame})" in text
 
 
+def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_line_says_otherwise():
+    """The Versa's ECP5-45 takes a smaller switch than ``BOARD_DEFAULTS`` (``Board.switch_defaults``); a value on
+    the command line wins, the same value as the general default included; other boards keep the general ones."""
+    from netreduce.boards import BOARDS
+    from netreduce.cli import build_parser
+    from netreduce.commands.build import BOARD_DEFAULTS, board_switch_defaults
+
+    def parsed(*argv):
+        args = build_parser().parse_args(["build", "--out", "x", *argv])
+        board_switch_defaults(args)
+        return args, (args.workers, args.forwarding_entries, args.egress_queues, args.max_frame)
+
+    versa = dict(BOARDS["versa-ecp5"].switch_defaults)
+    assert versa
+    _, got = parsed("--board", "versa-ecp5")
+    assert got == (versa["workers"], versa["forwarding_entries"], versa["egress_queues"], BOARD_DEFAULTS["max_frame"])
+    args, got = parsed("--board", "versa-ecp5", "--workers", str(BOARD_DEFAULTS["workers"]), "--egress-queues", "3")
+    assert got[:3] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3)
+    assert all(type(value) in (int, bool, str, float, type(None)) or callable(value) for value in vars(args).values())
+    general = build_parser().parse_args(["generate", "--out", "x"])     # (the options BOARD_DEFAULTS leaves)
+    _, got = parsed("--board", "butterstick")
+    assert got == (BOARD_DEFAULTS["workers"], general.forwarding_entries, general.egress_queues,
+                   BOARD_DEFAULTS["max_frame"])
+
+
 @pytest.mark.parametrize("args", [
     ["no-such-command"],
     ["parse-pcap"],

