@@ -91,8 +91,11 @@ def increment(value, modulo):
 
 
 class RegisterFIFO(Elaboratable):
-    """``RegisterFIFO(*, width)``: two entries in registers, one word a clock through, with the ports of
-    ``SyncFIFOBuffered`` (first word fall through; ``level``; ``w_rdy`` a register, ``r_rdy`` too).
+    """``RegisterFIFO(*, width, depth=2)``: ``depth`` entries in registers, with the ports of
+    ``SyncFIFOBuffered`` (first word fall through; ``level``; ``w_rdy`` a register, ``r_rdy`` too). Two
+    entries pass a word every clock; one entry is a register that takes a word only when it is empty (a
+    word every other clock), with no multiplexer in front of it: for records that come at most every other
+    clock (a header per frame, where no frame is one beat).
 
     ``SyncFIFOBuffered`` of depth 2 takes a word every other clock only, and of depth 3 keeps two of them in
     a memory, which Yosys puts in distributed RAM: on the ECP5 a DPR16X4 of six logic cells holds four bits
@@ -100,16 +103,23 @@ class RegisterFIFO(Elaboratable):
     takes the input, or the word held behind it (a multiplexer: one LUT4 a bit); the second register holds
     a word that arrives while the output waits, and ``w_rdy`` is that it is empty."""
 
-    depth = 2
-
-    def __init__(self, *, width):
-        self.width = width
+    def __init__(self, *, width, depth=2):
+        if depth not in (1, 2):
+            raise ValueError(f"a RegisterFIFO holds 1 or 2 entries, not {depth}")
+        self.width, self.depth = width, depth
         self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
         self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
-        self.level = Signal(range(3))
+        self.level = Signal(range(depth + 1))
 
     def elaborate(self, platform):
         m = Module()
+        if self.depth == 1:
+            m.d.comb += [self.w_rdy.eq(~self.r_rdy), self.level.eq(self.r_rdy)]
+            with m.If(~self.r_rdy):
+                m.d.sync += [self.r_data.eq(self.w_data), self.r_rdy.eq(self.w_en)]
+            with m.Elif(self.r_en):
+                m.d.sync += self.r_rdy.eq(0)
+            return m
         held, held_valid = Signal(self.width), Signal()
         do_write = Signal()
         m.d.comb += [self.w_rdy.eq(~held_valid), do_write.eq(self.w_en & self.w_rdy),

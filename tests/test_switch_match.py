@@ -7,6 +7,7 @@ offered with random idle clocks and taken with random backpressure."""
 
 import random
 
+import pytest
 from amaranth.sim import Simulator
 
 from netreduce.host.management import ManagementMessage, build_management_frame, management_address
@@ -151,11 +152,13 @@ def connection_index(cfg, h, kind):
     raise AssertionError("no connection")
 
 
-def test_match_agrees_with_the_model():
+@pytest.mark.parametrize("one_beat_frames", [True, False])
+def test_match_agrees_with_the_model(one_beat_frames):
     rng = random.Random(5)
     cfg = config()
     frames = cases(cfg, rng)
-    dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS, management=MANAGEMENT)
+    dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS, management=MANAGEMENT,
+                          one_beat_frames=one_beat_frames)
     headers = [parse_frame(frame).header for _, frame in frames]
     seen = []
 

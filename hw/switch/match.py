@@ -21,7 +21,8 @@ headers arrive, ahead of the monitor:
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
-``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``).
+``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``),
+or of one where no frame is one beat (``one_beat_frames``).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -46,13 +47,17 @@ def match_layout(connections, ports):
 
 
 class ConnectionMatch(wiring.Component):
-    """``ConnectionMatch(*, jobs, workers, ports, management=None)``. Ports: ``header`` (the parser's header
-    records) and ``port`` (the ingress port of each frame, in the same order) in; ``o`` (``header``,
-    ``match``) out; ``switch``, ``jobs``, ``connections``: the configuration (``SwitchRegisters``)."""
+    """``ConnectionMatch(*, jobs, workers, ports, management=None, one_beat_frames=True)``. Ports: ``header``
+    (the parser's header records) and ``port`` (the ingress port of each frame, in the same order) in; ``o``
+    (``header``, ``match``) out; ``switch``, ``jobs``, ``connections``: the configuration
+    (``SwitchRegisters``). ``one_beat_frames``: a frame can be one beat (512 bits), so a header can follow a
+    header in the next clock and the queue holds two (one a clock through); else it holds one, which takes a
+    header every other clock (at 64 bits a frame is 8 beats at least)."""
 
-    def __init__(self, *, jobs, workers, ports, management=None):
+    def __init__(self, *, jobs, workers, ports, management=None, one_beat_frames=True):
         self.jobs_count, self.workers, self.ports = jobs, workers, ports
         self.management = management
+        self.queue_depth = 2 if one_beat_frames else 1
         self.connections_count = jobs * workers
         self.Match = match_layout(self.connections_count, ports)
         self.Matched = data.StructLayout({"header": ParsedHeader, "match": self.Match})
@@ -68,7 +73,7 @@ class ConnectionMatch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C, N = self.connections_count, self.workers
-        m.submodules.queue = queue = RegisterFIFO(width=self.Matched.size)
+        m.submodules.queue = queue = RegisterFIFO(width=self.Matched.size, depth=self.queue_depth)
         h, port, sw = self.header.payload, self.port.payload, self.switch
         match = Signal(self.Match)
         ip_src, ip_dst = h.ip_src[:32], h.ip_dst[:32]

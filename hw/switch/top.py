@@ -229,7 +229,8 @@ class NetReduceSwitch(wiring.Component):
                              arbiter.whole[p].eq(whole.head_whole)]
         m.submodules.parser = parser = RoceParser(W, ipv6=self.ipv6)
         wiring.connect(m, arbiter.o, parser.i)
-        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management)
+        m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management,
+                                                     one_beat_frames=W // 8 >= ETH_MIN_FRAME)
         wiring.connect(m, parser.hdr, match.header)
         wiring.connect(m, arbiter.frame_port, match.port)
         m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections)]
