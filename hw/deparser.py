@@ -275,10 +275,12 @@ class RoceDeparser(wiring.Component):
         # the payload has ended and how many beats follow its end. Where the payload and the frame end is
         # counted relative to the beat (small sums, not positions in the frame), and the beat's lanes and
         # merged bytes are worked out a clock later from what the loop registered (``decided``).
-        # (the frame's plan stays at the plan FIFO's output until its last beat is decided)
         active = Signal()
-        plan = data.View(plan_layout, plans.r_data)
-        have_plan = plans.r_rdy
+        held = Signal(plan_layout)
+        plan = Signal(plan_layout)
+        m.d.comb += plan.eq(Mux(active, held.as_value(), plans.r_data))
+        next_plan = data.View(plan_layout, plans.r_data)
+        have_plan = active | plans.r_rdy
         index = Signal(POS_BITS - lane_bits)    # output beat index within the frame
         in_header = Signal()                    # beat ``index`` holds no payload byte
         in_header_next = Signal()               # ... nor does beat ``index + 1`` (once active)
@@ -305,7 +307,7 @@ class RoceDeparser(wiring.Component):
         shift = plan.length[0:lane_bits]
         beat_in = incoming_beat.beat
         nkeep = incoming_beat.bytes
-        m.d.comb += in_header.eq(Mux(active, in_header_next, plan.length[lane_bits:] != 0))
+        m.d.comb += in_header.eq(Mux(active, in_header_next, next_plan.length[lane_bits:] != 0))
         consume = ~payload_done & ~in_header
         ready_to_emit = have_plan & (~consume | payloads.r_rdy)
         if self.whole_frames:
@@ -374,7 +376,7 @@ class RoceDeparser(wiring.Component):
         decided = Signal(Decided)
         decided_valid = Signal()
         m.d.comb += [
-            plans.r_en.eq(emit & out_last),
+            plans.r_en.eq(emit & ~active),
             payloads.r_en.eq(emit & consume),
         ]
         m.d.sync += decided_valid.eq(emit)
@@ -390,6 +392,7 @@ class RoceDeparser(wiring.Component):
                 stomp.eq(stomp_now),
                 index.eq(Mux(out_last, 0, index + 1)),
                 active.eq(~out_last),
+                held.eq(plan),
                 in_header_next.eq(index + 1 < plan.length[lane_bits:]),
                 payload_done.eq(known & ~out_last),
                 after_end.eq(Mux(payload_done, after_end - 1, beats_after)),
