@@ -22,8 +22,8 @@ class Board:
 
 
 BOARDS = {
-    # the LFE5UM-45F: a worker on each of its two ports (the general board defaults pack into 108 % of its
-    # logic cells, these into 84 %: docs/ARCHITECTURE.md, "Boards")
+    # the LFE5UM-45F: a worker on each of its two ports (the general board defaults pack into 112 % of its
+    # logic cells, these into 85 %: docs/ARCHITECTURE.md, "Boards")
     "versa-ecp5": Board("amaranth_boards.versa_ecp5:VersaECP5Platform", 2, "clk100", 100_000_000,
                         switch_defaults=(("workers", 2), ("forwarding_entries", 4), ("egress_queues", 2))),
     "butterstick": Board("amaranth_boards.butterstick:ButterStickPlatform", 1, "clk30", 30_000_000),

@@ -29,7 +29,7 @@ __all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaul
            "overfull"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
-# LFE5UM-45F (108 %), which has smaller defaults of its own (``netreduce.boards``)
+# LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``)
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192, ipv6=False)
 
