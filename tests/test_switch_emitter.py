@@ -339,7 +339,7 @@ def test_descriptors_become_the_contracts_frames(width, idle, backpressure):
         assert stalls == [0] * len(frames), "a frame paused inside"
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [pytest.param(64, marks=pytest.mark.slow(minutes=0.1)), 512])
 def test_back_to_back_acks_leave_one_beat_a_clock(width):
     """Frames that go on, offered back to back with no backpressure, leave at one beat a clock with no idle
     clock between them: at 512 bits each ACK is one beat, so the emitter and the deparser take a frame a
