@@ -54,12 +54,16 @@ from ..egress import (
 )
 from ..registers import EGRESS_COUNTERS
 from .fp.adder import check_int
+from .ports import MAX_PORTS
 from .ram import NO_COLLISION, BlockRAMReadPort, increment
 from .stream import FrameBeat, check_width, frame_stream
 
 __all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS", "MAX_QUEUES",
            "OUT_DEPTH", "check_geometry"]
 
+# a frame's class as the switch gives it to the egress stage (``EgressBeat``'s fields after the beat's): its
+# DSCP and class, and the port it leaves by
+FrameClass = data.StructLayout({"dscp": 6, "lossy": 1, "port": range(MAX_PORTS)})
 MAX_CELL_BEATS = 64
 # the counters kept per class, in the register map's order, which ``counter_read`` follows
 CLASS_COUNTERS = tuple(EGRESS_COUNTERS)
@@ -73,22 +77,21 @@ DEFAULT_CELL_BYTES = 64     # the shortest Ethernet frame (with its FCS)
 
 def EgressBeat(width):
     """One beat of a frame going to the egress stage: ``hw.stream.FrameBeat`` plus the frame's class, read
-    on its first beat: ``dscp`` (its IPv4 DSCP) and ``lossy`` (the frame belongs to the bounded-loss class
-    of a registered aggregation job: set by the switch, never taken from the frame's bytes)."""
-    return data.StructLayout({**{name: field.shape for name, field in FrameBeat(width)}, "dscp": 6, "lossy": 1})
+    on its first beat: ``dscp`` (its IPv4 DSCP), ``lossy`` (the frame belongs to the bounded-loss class of a
+    registered aggregation job: set by the switch, never taken from the frame's bytes) and ``port`` (the port
+    it leaves by, which the router reads; the egress stage does not)."""
+    return data.StructLayout({**{name: field.shape for name, field in FrameBeat(width)}, **FrameClass.members})
 
 
 def egress_stream(width):
     return stream.Signature(EgressBeat(width))
 
 
-# a frame's class as the switch gives it to the egress stage: ``EgressBeat``'s two class fields
-FrameClass = data.StructLayout({"dscp": 6, "lossy": 1})
 
 
 class ClassJoin(wiring.Component):
     """``ClassJoin(width)``: each frame of ``i`` leaves on ``o`` with the next entry of ``classes`` (one
-    entry per frame, in the order of the frames) in its ``dscp`` and ``lossy`` fields, on every beat of
+    entry per frame, in the order of the frames) in its ``dscp``, ``lossy`` and ``port`` fields, on every beat of
     it. A frame's first beat waits for its entry; the other beats go through as they come. The first beat
     after reset and each beat after a ``last`` start a frame (``i``'s ``first`` is not read).
 
@@ -117,7 +120,7 @@ class ClassJoin(wiring.Component):
             self.o.payload.keep.eq(self.i.payload.keep),
             self.o.payload.first.eq(starting),
             self.o.payload.last.eq(self.i.payload.last),
-            Cat(self.o.payload.dscp, self.o.payload.lossy).eq(current),
+            Cat(self.o.payload.dscp, self.o.payload.lossy, self.o.payload.port).eq(current),
         ]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += [starting.eq(self.i.payload.last), frame_class.eq(current)]

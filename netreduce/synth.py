@@ -34,8 +34,8 @@ from amaranth.back import verilog
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
-__all__ = ["Harness", "synth_ecp5", "synth_xilinx_estimate", "native_yosys", "run_yosys", "run_nextpnr_ecp5",
-           "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
+__all__ = ["Harness", "synth_ecp5", "critical_path", "synth_xilinx_estimate", "native_yosys", "run_yosys",
+           "run_nextpnr_ecp5", "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
 
 ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k", "um5g-45k",
                 "um5g-85k")
@@ -288,6 +288,21 @@ def logic_depths(netlist, *, levels=ECP5_LEVELS, outputs=_ECP5_OUTPUTS, count=10
     return found
 
 
+def critical_path(report):
+    """The register-to-register critical path of ``clk`` in a nextpnr ``--report`` (a dict), or None: its
+    ``from`` and ``to`` cells, its ``logic_ns`` and ``routing_ns`` (clock-to-output and setup count as logic),
+    and ``cells`` (the logic arcs along it)."""
+    for path in report.get("critical_paths", []):
+        if "clk" not in path.get("from", "") or "clk" not in path.get("to", "") or not path.get("path"):
+            continue
+        arcs = path["path"]
+        return {"from": arcs[0]["from"]["cell"], "to": arcs[-1]["to"]["cell"],
+                "logic_ns": round(sum(a["delay"] for a in arcs if a["type"] != "routing"), 2),
+                "routing_ns": round(sum(a["delay"] for a in arcs if a["type"] == "routing"), 2),
+                "cells": sum(1 for a in arcs if a["type"] == "logic")}
+    return None
+
+
 def _safe_name(name):
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"module name {name!r} must be a Verilog identifier")
@@ -303,7 +318,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     ``freq_mhz`` (the constraint), ``met`` (Fmax >= constraint), ``placed_luts``, ``placed_ffs``
     (the whole harness after placement), ``routed``, ``device``, ``package``, ``speed``, ``seconds``,
     ``work_dir``, ``deepest`` (the ten deepest register inputs of the harness by :func:`logic_depths`:
-    ``depth``, ``endpoint``, ``from``). With ``route=False`` nextpnr stops after placement and ``fmax_mhz``
+    ``depth``, ``endpoint``, ``from``), ``critical_path`` (:func:`critical_path`; None before routing). With
+    ``route=False`` nextpnr stops after placement and ``fmax_mhz``
     is its estimate from the placed design (wire delays estimated, not routed): for designs whose routing
     takes hours. ``placer`` and ``router``: nextpnr's (``heap`` or ``static``; ``router1`` or ``router2``).
     Raises :class:`SynthesisError` when a tool fails.
@@ -357,6 +373,7 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
         "placed_ffs": util.get("TRELLIS_FF", {}).get("used"),
         "routed": route, "placer": placer, "router": router,
         "deepest": deepest,
+        "critical_path": critical_path(report),
         "device": f"LFE5U-{device.upper()}", "package": package, "speed": speed,
         "seconds": round(time.monotonic() - start, 1),
         "work_dir": str(work),

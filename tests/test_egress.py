@@ -610,7 +610,7 @@ def test_class_join_gives_each_frame_its_class():
     rng = random.Random(5)
     dut = ClassJoin(64)
     frames = [[(n << 32) | rng.getrandbits(32) for _ in range(rng.randint(1, 5))] for n in range(120)]
-    classes = [(rng.randrange(64), rng.randrange(2)) for _ in frames]
+    classes = [(rng.randrange(64), rng.randrange(2), rng.randrange(4)) for _ in frames]
     taken, clocks = [], []
 
     async def frames_in(ctx):
@@ -625,12 +625,12 @@ def test_class_join_gives_each_frame_its_class():
         ctx.set(dut.i.valid, 0)
 
     async def classes_in(ctx):
-        for dscp, lossy in classes:
+        for dscp, lossy, port in classes:
             ctx.set(dut.classes.valid, 0)
             while rng.random() < 0.5:
                 await ctx.tick()
             ctx.set(dut.classes.valid, 1)
-            ctx.set(dut.classes.payload, {"dscp": dscp, "lossy": lossy})
+            ctx.set(dut.classes.payload, {"dscp": dscp, "lossy": lossy, "port": port})
             await ctx.tick().until(dut.classes.ready)
         ctx.set(dut.classes.valid, 0)
 
@@ -641,7 +641,7 @@ def test_class_join_gives_each_frame_its_class():
             ctx.set(dut.o.ready, ready)
             _, _, valid, beat = await ctx.tick().sample(dut.o.valid, dut.o.payload)
             if ready and valid:
-                taken.append((beat.data, beat.first, beat.last, beat.dscp, beat.lossy))
+                taken.append((beat.data, beat.first, beat.last, beat.dscp, beat.lossy, beat.port))
                 clocks.append(clock)
             clock += 1
 

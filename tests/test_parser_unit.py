@@ -110,7 +110,7 @@ def test_deparser_with_idle_and_backpressure():
     check_deparser(_capture_sample(16, 11), 64, idle=0.3, backpressure=0.4, seed=5)
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [pytest.param(64, marks=pytest.mark.slow(minutes=0.1)), 512])
 def test_deparser_whole_frames_back_to_back(width):
     """With ``whole_frames`` and every record and payload there at one beat per clock, the frames leave
     right behind each other at one beat per clock: no pause inside a frame, and none between frames."""
@@ -173,7 +173,7 @@ def _ip_versions_mix():
     return frames
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow(minutes=0.1))])
 def test_parser_without_ipv6_takes_an_ipv6_header_s_traffic_class_only(width):
     """Built without IPv6 RoCE, the parser gives what ``parse_frame(frame, ipv6=False)`` gives: an IPv6 frame
     is not RoCE (its whole frame is the payload) and its record holds the IP version and traffic class."""

@@ -271,7 +271,8 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None):
         async for _, _, valid, ready, payload in ctx.tick().sample(e.classes.valid, e.classes.ready,
                                                                    e.classes.payload):
             if valid and ready:
-                classes.append((int(payload.dscp), int(payload.lossy)))
+                classes.append((int(payload.frame_class.dscp), int(payload.frame_class.lossy),
+                                int(payload.eth_dst)))
 
     async def take_frames(ctx):
         current, gaps, clock = bytearray(), 0, 0
@@ -331,7 +332,9 @@ def test_descriptors_become_the_contracts_frames(width, idle, backpressure):
     assert len(frames) == len(s.expected), f"{len(frames)} frames out of {len(s.expected)}"
     for index, (got, (want, dscp, lossy)) in enumerate(zip(frames, s.expected, strict=True)):
         assert got == want, f"frame {index} differs from the contract's"
-        assert classes[index] == (dscp, lossy), f"frame {index}: class {classes[index]}, not {(dscp, lossy)}"
+        # (each class with its frame's destination MAC, for the forwarding table)
+        want_class = (dscp, lossy, int.from_bytes(want[:6], "big"))
+        assert classes[index] == want_class, f"frame {index}: class {classes[index]}, not {want_class}"
     assert sums_released == [frames_before_first_sum(s)], "a result left before its sum was done"
     # every bounded-loss result used its connection's next PSN, once
     assert sorted(psn_used) == sorted([WORKERS + w for w in range(WORKERS)] + [WORKERS + 2])

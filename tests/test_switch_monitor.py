@@ -145,7 +145,7 @@ def descriptor_kinds(descriptors):
     return kinds
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow(minutes=0.2))])
 def test_the_monitor_decides_every_frame_as_the_model_does(width):
     fabric, frames = scenario()
     config_writes = switch_config_writes(fabric.config, WORKERS)

@@ -21,6 +21,28 @@ def test_no_estimate_is_none():
     assert _logged_fmax("Info: Program finished normally.\n") is None
 
 
+# --- the critical path of a nextpnr report (its --report JSON: critical_paths, each a list of arcs) ----------
+
+def _arc(kind, delay, cell_from, cell_to):
+    return {"type": kind, "delay": delay, "from": {"cell": cell_from, "port": "Q"},
+            "to": {"cell": cell_to, "port": "A"}}
+
+
+REPORT = {"critical_paths": [
+    {"from": "<async>", "to": "posedge $glbnet$clk$TRELLIS_IO_IN", "path": [_arc("routing", 7.0, "rst", "ff")]},
+    {"from": "posedge $glbnet$clk$TRELLIS_IO_IN", "to": "posedge $glbnet$clk$TRELLIS_IO_IN", "path": [
+        _arc("clk-to-q", 0.5, "reg_a", "reg_a"), _arc("routing", 1.5, "reg_a", "lut"),
+        _arc("logic", 0.25, "lut", "lut"), _arc("routing", 2.0, "lut", "reg_b"), _arc("setup", 0.1, "reg_b", "reg_b")]},
+]}
+
+
+def test_the_critical_path_is_the_clocks_own_split_into_logic_and_routing():
+    from netreduce.synth import critical_path
+    assert critical_path(REPORT) == {"from": "reg_a", "to": "reg_b", "logic_ns": 0.85, "routing_ns": 3.5, "cells": 1}
+    assert critical_path({"critical_paths": REPORT["critical_paths"][:1]}) is None
+    assert critical_path({}) is None
+
+
 # --- logic_depths on a hand-made mapped netlist -------------------------------------------------------------
 # reg_a -> LUT4 -> PFUMX -> LUT4 -> reg_b.DI (depth 1 + 0.3 + 1); reg_a -> carry chain of two CCU2C ->
 # reg_c.DI (1 to enter, 0.1 along); reg_b -> reg_a.DI directly (depth 0).

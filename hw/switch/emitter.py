@@ -25,13 +25,13 @@ Two sequencers walk the descriptors in the same order. The payload sequencer tak
 and queues it for the header sequencer (``header_jobs``); it streams the payloads on ``payload``, one word
 a clock, on credits for the FIFO in front of ``payload``, so that nothing it decides waits on the deparser
 taking a word. The header sequencer hands every frame's header record to ``hdr`` as early as it can (and
-the frame's class to ``classes`` in the same clock: its DSCP, a CREDIT's ``CONTROL_DSCP``, 0 where the
-parser found no IP header). The payloads lead: the deparser starts a frame only once its first payload
-word is there (``whole_frames``) and holds three records at most, so payloads issued behind their headers
-made a loop: four 1-beat frames in the nine clocks from a descriptor's take to its payload's arrival in
-the deparser. ``results_sent`` marks the clock the last word
-of a RESULTS descriptor is issued (the message's count in ``unsent.UnsentResults`` goes down),
-``frame_out`` each header handed over (``frames_out``).
+the frame's class to ``classes`` in the same clock, for ``forwarding.ForwardingTable``: its DSCP, a
+CREDIT's ``CONTROL_DSCP``, 0 where the parser found no IP header, and the record's destination MAC). The
+payloads lead: the deparser starts a frame only once its first payload word is there (``whole_frames``)
+and holds three records at most, so payloads issued behind their headers made a loop: four 1-beat frames
+in the nine clocks from a descriptor's take to its payload's arrival in the deparser. ``results_sent``
+marks the clock the last word of a RESULTS descriptor is issued (the message's count in
+``unsent.UnsentResults`` goes down), ``frame_out`` each header handed over (``frames_out``).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
@@ -52,9 +52,9 @@ from ...wire import (
     ControlType,
 )
 from ..deparser import lanes_below
-from ..egress import FrameClass
 from ..slots import result_read_signature, sum_done_layout
 from ..stream import ParsedHeader, PayloadBeat, check_width
+from .forwarding import FrameDestination
 from .registers import ConnectionEntry, JobEntry, SwitchAddress, fields_of
 from .unsent import message_strobe_layout
 
@@ -186,7 +186,7 @@ class Emitter(wiring.Component):
             "store_header": In(ReadPort.Signature(addr_width=store_bits, shape=StoredHeader)),
             "store_own": In(ReadPort.Signature(addr_width=store_bits, shape=8 * OWN_BYTES)),
             "hdr": Out(stream.Signature(ParsedHeader)),
-            "classes": Out(stream.Signature(FrameClass)),
+            "classes": Out(stream.Signature(FrameDestination)),
             "payload": Out(stream.Signature(PayloadBeat(width))),
             "switch": In(SwitchAddress),
             "jobs": In(data.ArrayLayout(JobEntry, jobs)),
@@ -340,13 +340,15 @@ class Emitter(wiring.Component):
         h_control = Signal()
         h_valid, h_ready = Signal(), Signal()
         record = Signal(ParsedHeader)
+        destination = Signal(48)        # the frame's destination MAC: its record's, a CREDIT's requester's
         lossy_result = Signal()
         record_dscp = Mux((record.ip_version == 4) | (record.ip_version == 6), record.ip_dscp, 0)
         m.d.comb += [
             self.hdr.valid.eq(h_valid & self.classes.ready), self.hdr.payload.eq(record),
             self.classes.valid.eq(h_valid & self.hdr.ready),
-            self.classes.payload.dscp.eq(Mux(h_control, CONTROL_DSCP, record_dscp)),
-            self.classes.payload.lossy.eq(lossy_result),
+            self.classes.payload.frame_class.dscp.eq(Mux(h_control, CONTROL_DSCP, record_dscp)),
+            self.classes.payload.frame_class.lossy.eq(lossy_result),
+            destination.eq(record.eth_dst), self.classes.payload.eth_dst.eq(destination),
             h_ready.eq(self.hdr.ready & self.classes.ready),
             self.frame_out.eq(h_valid & h_ready),
         ]
@@ -407,7 +409,8 @@ class Emitter(wiring.Component):
                     with m.Else():
                         take()
             with m.State("CONTROL_HEADER"):
-                m.d.comb += [h_valid.eq(1), record.eq(0), h_control.eq(1)]
+                m.d.comb += [h_valid.eq(1), record.eq(0), h_control.eq(1),
+                             destination.eq(req_mac[h_desc.job * N + h_worker])]
                 with m.If(h_ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):

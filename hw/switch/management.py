@@ -12,8 +12,8 @@ control plane") and hands its operation to ``request``; the agent takes one at a
 3. for a read, the clock in which ``csr.rdata`` shows the word;
 4. the reply, a 60-byte frame to the manager (``netreduce.host.management.build_management_frame``: the
    request's fields, the reply bit set, a read's word as its value), on ``o`` at one beat per clock, with
-   ``port`` the port the request came in on. Its class is ``CONTROL_DSCP``, the egress stage's queue 0.
-   ``sent`` is 1 in the clock its first beat is taken (the switch's ``frames_out``).
+   ``port`` (and its beats' ``port``) the port the request came in on. Its class is ``CONTROL_DSCP``, the
+   egress stage's queue 0. ``sent`` is 1 in the clock its first beat is taken (the switch's ``frames_out``).
 
 Everything but the four fields of the reply is fixed when the switch is built (the addresses, the IPv4
 checksum: the UDP checksum is 0), so the frame is those constants with the fields spliced in.
@@ -86,7 +86,7 @@ class ManagementAgent(wiring.Component):
             self.o.payload.data.eq(words[beat]), self.o.payload.first.eq(beat == 0),
             self.o.payload.last.eq(beat == beats - 1),
             self.o.payload.keep.eq(Mux(beat == beats - 1, last_keep, (1 << B) - 1)),
-            self.o.payload.dscp.eq(CONTROL_DSCP), self.o.payload.lossy.eq(0),
+            self.o.payload.dscp.eq(CONTROL_DSCP), self.o.payload.lossy.eq(0), self.o.payload.port.eq(taken.port),
         ]
 
         with m.FSM(name="agent"):

@@ -18,10 +18,11 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 4. *out*: ``emitter.Emitter`` turns the descriptors, in order, into frames (a frame that goes on from the
    packet ring, the answer to a duplicate, the N results of a slot from the header store and the sum,
    CREDIT control frames); ``hw.deparser.RoceDeparser`` serializes them and recomputes ICRC and IPv4
-   checksum; the management agent's replies join them (``hw.ports.FrameArbiter``); ``hw.ports.FrameRouter``
-   sends each frame out of the port that ``forwarding.ForwardingTable`` gives for its destination MAC (the
-   default port for any other MAC; a reply by its request's port), through that port's
-   ``hw.egress.EgressQueues`` (MLT's priority queues and drops by class).
+   checksum. Each frame's class goes with it, through ``forwarding.ForwardingTable`` (the port of its
+   destination MAC; the default port for any other MAC) and a queue, to ``hw.egress.ClassJoin``, which puts
+   class and port on the frame's beats. The management agent's replies join them (``hw.ports.FrameArbiter``;
+   a reply names its request's port); ``hw.ports.FrameRouter`` sends each frame out of the port its beats
+   name, through that port's ``hw.egress.EgressQueues`` (MLT's priority queues and drops by class).
 
 Configuration and counters: ``registers.SwitchRegisters``, the map of ``netreduce.registers`` behind ``csr``
 (docs/ARCHITECTURE.md, "Switch RTL", has the table), or with a ``management`` address the in-band agent
@@ -292,28 +293,27 @@ class NetReduceSwitch(wiring.Component):
         wiring.connect(m, emitter.payload, deparser.i)
         # every frame out of the deparser with its class (one entry per header record handed to the deparser,
         # in the same order)
+        # (the port each frame leaves by: looked up from the class's destination MAC on its way to the queue)
+        m.submodules.forwarding = forwarding = ForwardingTable(ports=self.ports, entries=self.forwarding_entries)
+        m.d.comb += [forwarding.entries.eq(regs.forwarding), forwarding.default_port.eq(regs.switch.default_port)]
+        wiring.connect(m, emitter.classes, forwarding.i)
         m.submodules.frame_classes = frame_classes = SyncFIFOBuffered(width=FrameClass.size, depth=32)
-        stream_to_fifo(m, emitter.classes, frame_classes)
+        stream_to_fifo(m, forwarding.o, frame_classes)
         m.submodules.class_join = class_join = ClassJoin(W)
         wiring.connect(m, deparser.o, class_join.i)
         fifo_to_stream(m, frame_classes, class_join.classes)
 
         # --- to the ports: the management agent's replies join in, whole frames at a time; each frame to the
-        # port of its destination MAC (a reply to its request's port), through that port's egress stage -------------
+        # port its beats name (its destination MAC's; a reply's, its request's), through that port's egress stage ---
         m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
-        m.submodules.forwarding = forwarding = ForwardingTable(width=W, ports=self.ports,
-                                                               entries=self.forwarding_entries)
-        m.d.comb += [forwarding.beat.eq(router.i.payload.data), forwarding.entries.eq(regs.forwarding),
-                     forwarding.default_port.eq(regs.switch.default_port)]
+        m.d.comb += router.destination.eq(router.i.payload.port)
         if self.management is not None:
             m.submodules.replies = replies = FrameArbiter(W, 2, beat=EgressBeat(W), frame_ports=False)
             wiring.connect(m, class_join.o, replies.i[0])
             wiring.connect(m, agent.o, replies.i[1])
             wiring.connect(m, replies.o, router.i)
-            m.d.comb += router.destination.eq(Mux(replies.port == 1, agent.port, forwarding.port))
         else:
             wiring.connect(m, class_join.o, router.i)
-            m.d.comb += router.destination.eq(forwarding.port)
         for p, stage in enumerate(egress):
             m.submodules[f"egress_{p}"] = stage
             wiring.connect(m, router.o[p], stage.i)

@@ -1,0 +1,84 @@
+"""Each component of the switch placed and routed alone on the ECP5-85; prints one JSON object.
+
+    python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--seed S] [--placer heap|static]
+                                            [--no-route]
+
+The switch is the one issue 15 sets the clock goal for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
+window (MTU 1024, 4-packet messages, ``max_frame`` 2048). It is elaborated once, and each of its named parts
+(``hw.switch.top.NetReduceSwitch``'s submodules, with the very parameters the top gives them) goes through
+``netreduce.synth.synth_ecp5`` on its own: Yosys ``synth_ecp5``, nextpnr-ecp5 on an LFE5U-85F (CABGA381, speed
+grade 8) at 156.25 MHz, each input bit driven from a register and each output bit registered (the harness of
+``netreduce.synth``). Per part: its LUT4s, flip-flops, block RAMs and LUTRAM cells, its routed Fmax, the
+critical path with its logic and routing delays, and its deepest register inputs in logic levels.
+
+A part that misses 156.25 MHz alone misses it in the switch: its logic or its own wiring is too slow. A part
+that meets it alone but not in the switch is slowed by where the placer puts it among the others, and by
+the wires between the parts (the whole switch: ``bench_switch.py --synth``). Without ``--parts`` every part
+runs, largest last; each takes from seconds to some minutes.
+"""
+
+import argparse
+import json
+import sys
+import warnings
+
+from amaranth.lib import wiring
+
+from netreduce.hw.switch import NetReduceSwitch
+
+# (the switch is elaborated only to name its parts: the top's own module and its memories are never used)
+warnings.filterwarnings("ignore", message=".* created but never used")
+
+MTU, MESSAGE_PACKETS, MESSAGE_SLOTS, MAX_FRAME = 1024, 4, 8, 2048
+
+
+def switch_parts(ports):
+    """The named parts of the issue's 64-bit switch with ``ports`` ports: {name: component}, each a
+    ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
+    switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=MESSAGE_PACKETS,
+                             message_slots=MESSAGE_SLOTS, max_frame=MAX_FRAME)
+    m = switch.elaborate(None)
+    parts = {}
+    # (smallest first; the ports' egress stages are alike, so one stands for all)
+    for name in ("arbiter", "forwarding", "class_join", "router", "match", "registers",
+                 "egress_0", "parser", "slots", "emitter", "deparser", "monitor"):
+        part = m.submodules[name]
+        if isinstance(part, wiring.Component):
+            parts[name] = part
+    return parts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", help="the parts to build (default: every one)")
+    parser.add_argument("--ports", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--placer", choices=("heap", "static"), default="static",
+                        help="nextpnr's placer (static: the parts route in minutes, where router1 can take an hour "
+                             "on the heap placer's denser placement)")
+    parser.add_argument("--no-route", action="store_true", help="stop after placement (nextpnr's estimate)")
+    args = parser.parse_args(argv)
+    from netreduce.synth import synth_ecp5
+    parts = switch_parts(args.ports)
+    names = args.parts or list(parts)
+    unknown = sorted(set(names) - set(parts))
+    if unknown:
+        parser.error(f"no part named {', '.join(unknown)}; the parts are {', '.join(parts)}")
+    report = {"switch": {"width": 64, "ports": args.ports, "workers": 4, "jobs": 1, "mtu": MTU,
+                         "message_packets": MESSAGE_PACKETS, "message_slots": MESSAGE_SLOTS,
+                         "max_frame": MAX_FRAME},
+              "parts": {}}
+    for name in names:
+        result = synth_ecp5(parts[name], f"part_{name}", freq_mhz=156.25, seed=args.seed,
+                            placer=args.placer, route=not args.no_route)
+        result.pop("work_dir", None)
+        result["deepest"] = result["deepest"][:3]
+        report["parts"][name] = result
+        print(f"{name}: {result['fmax_mhz']} MHz, {result['luts']} LUT4, {result['seconds']:.0f} s",
+              file=sys.stderr)
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
