@@ -1,7 +1,8 @@
 """The control-register port and its decoder, generated from the one register map (``netreduce.registers``).
 
 ``csr_signature()``: ``addr`` (a word address of ``ADDRESS_BITS``), ``wdata``, ``we``, and ``rdata``, which
-shows the read-only register at ``addr`` the clock after (0 elsewhere).
+shows the read-only register at the ``addr`` of ``READ_LATENCY`` clocks before (0 elsewhere; a read every
+clock). A write takes effect at the clock edge that samples it.
 
 ``decode_registers(m, csr, params, targets, readable, transforms=None)`` writes ``targets`` and returns the
 strobes of the ``action`` registers. The design names a target for every writable register of every
@@ -13,7 +14,7 @@ from amaranth.hdl import Const, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..registers import ADDRESS_BITS, BLOCKS, WORD_BITS, check_map, instances
+from ..registers import ADDRESS_BITS, BLOCKS, READ_LATENCY, WORD_BITS, check_map, instances
 
 __all__ = ["csr_signature", "decode_registers"]
 
@@ -29,7 +30,9 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
     register; ``readable``: ``{"block.register": value}`` for every ``ro`` register of a block of one
     instance, ``[value of instance 0, ...]`` of a repeated block; ``transforms``: ``{"block.register":
     f(wdata) -> value}`` applied to a written word (a register of one word). Returns ``{"block.register":
-    Signal(count)}``, each bit 1 in the clock an instance's ``action`` register is written."""
+    Signal(count)}``, each bit 1 in the clock an instance's ``action`` register is written. The ``readable``
+    values are read ``READ_LATENCY - 1`` clocks after the address: a value chosen by ``csr.addr`` in its own
+    component (the egress stage's counters) may take that many registered clocks."""
     check_map(params)
     transforms = transforms or {}
     expected_targets, expected_readable = set(), set()
@@ -83,7 +86,14 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
                 raise ValueError(f"{key}: {len(values)} values for {count} instances")
             for index, value in enumerate(values):
                 words[blk.base + blk.stride * index + r.offset] = Value.cast(value)
-    value, hit = _read_tree(csr.addr, words, ADDRESS_BITS - 1)
+    # the address a read names reaches the tree READ_LATENCY - 1 clocks later: a ``readable`` value may be
+    # that many clocks behind the address (registered in its component), and the tree's own clock is short
+    address = csr.addr
+    for stage in range(READ_LATENCY - 1):
+        delayed = Signal(ADDRESS_BITS, name=f"read_address_{stage + 1}")
+        m.d.sync += delayed.eq(address)
+        address = delayed
+    value, hit = _read_tree(address, words, ADDRESS_BITS - 1)
     m.d.sync += csr.rdata.eq(Mux(hit, value, 0))
     return strobes
 

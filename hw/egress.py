@@ -29,7 +29,8 @@ and with ``weighted``: ``scheduling`` (``Scheduling.STRICT``/``WEIGHTED``) and `
 beats). Status and counters (outputs, counters 32 bits, wrapping): ``occupancy`` (beats in the buffer),
 ``drops_oversize``, ``high_water[q]`` (beats), and the counters kept per class c, ``drops_threshold``,
 ``drops_full``, ``frames_out`` and ``bytes_out`` (``CLASS_COUNTERS``): in distributed RAM, one word per class,
-read at ``counter_read`` (``n * CLASSES + c`` for the n-th kind) on ``counter_value`` in the same clock.
+read at ``counter_read`` (``n * CLASSES + c`` for the n-th kind) on ``counter_value`` ``COUNTER_READ_LATENCY``
+clocks later (a read every clock: the kind and class registered, then the word).
 """
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
@@ -58,7 +59,8 @@ from .ports import MAX_PORTS
 from .ram import NO_COLLISION, BlockRAMReadPort, increment
 from .stream import FrameBeat, check_width, frame_stream
 
-__all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS", "MAX_QUEUES",
+__all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS",
+           "COUNTER_READ_LATENCY", "MAX_QUEUES",
            "OUT_DEPTH", "check_geometry"]
 
 # a frame's class as the switch gives it to the egress stage (``EgressBeat``'s fields after the beat's): its
@@ -69,6 +71,7 @@ MAX_CELL_BEATS = 64
 CLASS_COUNTERS = tuple(EGRESS_COUNTERS)
 OUT_DEPTH = 4               # beats read from the buffer and not yet taken from ``o``: the output FIFO
 COUNTER_BITS = 32
+COUNTER_READ_LATENCY = 2    # clocks from ``counter_read`` to its word on ``counter_value``
 CLASS_BITS = ceil_log2(CLASSES)
 QUANTUM_BITS = bits_for(QUANTUM_LIMIT)
 DEFAULT_BUFFER_BYTES = 65536
@@ -530,11 +533,13 @@ class EgressQueues(wiring.Component):
                   "frames_out": (out_event, out_cls, out_last),
                   "bytes_out": (out_event, out_cls, out_bytes)}
         assert tuple(events) == CLASS_COUNTERS
+        # the read, in two registered clocks (COUNTER_READ_LATENCY): the kind and class ``counter_read`` names,
+        # then the word
         kind = Signal(range(len(CLASS_COUNTERS)))
         cls = Signal(CLASS_BITS)
         for n in range(len(CLASS_COUNTERS)):
             with m.If((self.counter_read >= n * CLASSES) & (self.counter_read < (n + 1) * CLASSES)):
-                m.d.comb += [kind.eq(n), cls.eq(self.counter_read - n * CLASSES)]
+                m.d.sync += [kind.eq(n), cls.eq(self.counter_read - n * CLASSES)]
         values = []
         for name, (event, event_cls, amount) in events.items():
             m.submodules[f"{name}_memory"] = memory = Memory(shape=COUNTER_BITS, depth=CLASSES, init=[])
@@ -543,7 +548,7 @@ class EgressQueues(wiring.Component):
             m.d.comb += [counted.addr.eq(event_cls), write.addr.eq(event_cls), write.en.eq(event),
                          write.data.eq(counted.data + amount), shown.addr.eq(cls)]
             values.append(shown.data)
-        m.d.comb += self.counter_value.eq(Array(values)[kind])
+        m.d.sync += self.counter_value.eq(Array(values)[kind])
         return m
 
 

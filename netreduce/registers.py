@@ -17,8 +17,8 @@ from .egress import CLASSES, DSCPS, MAX_DEPTH_BEATS, MAX_QUEUES, QUANTUM_LIMIT
 from .wire import CONTROL_PORT
 
 __all__ = [
-    "COUNTERS", "HISTOGRAM_COUNTERS", "ADDRESS_BITS", "Register", "Block", "BLOCKS", "SWITCH", "JOB", "FORWARDING",
-    "COUNTER_BLOCK",
+    "COUNTERS", "HISTOGRAM_COUNTERS", "ADDRESS_BITS", "WORD_BITS", "READ_LATENCY", "Register", "Block", "BLOCKS",
+    "SWITCH", "JOB", "FORWARDING", "COUNTER_BLOCK",
     "CONNECTION", "EGRESS", "EGRESS_COUNTERS", "ETHERNET", "ETHERNET_COUNTERS", "block", "instances", "address",
     "counter_address", "check_map",
     "register_writes", "switch_config_writes", "vlan_word", "markdown_table", "manifest", "locate", "RegisterFile",
@@ -44,6 +44,9 @@ assert set(HISTOGRAM_COUNTERS) <= set(COUNTERS)
 
 ADDRESS_BITS = 16
 WORD_BITS = 32
+# the register port's reads are pipelined: ``rdata`` shows the word at the ``addr`` of READ_LATENCY clocks
+# before (a read every clock; the egress stage's per-class counters take two of them, in distributed RAM)
+READ_LATENCY = 3
 
 
 @dataclass(frozen=True)
@@ -377,10 +380,10 @@ def markdown_table():
 
 def manifest(params):
     """The register map of a build, for ``netreduce generate``'s manifest: each block with its base, stride,
-    instance count and registers."""
+    instance count and registers, and the clocks from a read's address to its word (``read_latency``)."""
     check_map(params)
     return {
-        "address_bits": ADDRESS_BITS, "word_bits": WORD_BITS,
+        "address_bits": ADDRESS_BITS, "word_bits": WORD_BITS, "read_latency": READ_LATENCY,
         "blocks": [{"name": blk.name, "base": blk.base, "stride": blk.stride, "count": instances(blk, params),
                     "registers": [{"name": r.name, "offset": r.offset, "words": r.words, "bits": r.bits,
                                    "access": r.access, "init": r.init, "doc": r.doc} for r in blk.registers]}

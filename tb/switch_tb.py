@@ -29,7 +29,7 @@ from netreduce.egress import (
     lossy_class,
 )
 from netreduce.host.protocol import AggHeader
-from netreduce.registers import COUNTERS, address, block, counter_address, switch_config_writes
+from netreduce.registers import COUNTERS, READ_LATENCY, address, block, counter_address, switch_config_writes
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.runner import cocotb_params
 from netreduce.sim.switch_model import SwitchModel
@@ -57,9 +57,11 @@ class Registers:
         self.dut.csr__we.value = 0
 
     async def read(self, address):
+        """The word at ``address``: ``rdata`` shows it READ_LATENCY clocks after the address (read a clock
+        later still, past the edge)."""
         self.dut.csr__addr.value = address
-        await RisingEdge(self.dut.clk)
-        await RisingEdge(self.dut.clk)
+        for _ in range(READ_LATENCY + 1):
+            await RisingEdge(self.dut.clk)
         return self.dut.csr__rdata.value.to_unsigned()
 
     async def counters(self):

@@ -8,6 +8,7 @@ import numpy as np
 
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame
+from netreduce.registers import READ_LATENCY
 from netreduce.sim.switch_model import ConnectionConfig, JobClass, JobConfig, SwitchConfig, SwitchModel
 from netreduce.wire import ControlType
 
@@ -119,6 +120,13 @@ def check_link_capture(path, summary):
     assert counts["corrupted_down"] <= drops.get("down_corrupt", 0)
     assert counts["sent_up"] and counts["sent_down"] and counts["received_up"] and counts["received_down"]
     return counts
+
+
+async def read_register(ctx, csr, at):
+    """amaranth.sim: the word at ``at`` through the ``csr`` port (``READ_LATENCY`` clocks after its address)."""
+    ctx.set(csr.addr, at)
+    await ctx.tick().repeat(READ_LATENCY)
+    return ctx.get(csr.rdata)
 
 
 async def write_registers(ctx, csr, writes):

@@ -38,7 +38,7 @@ from netreduce.egress import (
     lossy_class,
     lossy_dscp,
 )
-from netreduce.hw.egress import CLASS_COUNTERS, ClassJoin, EgressQueues
+from netreduce.hw.egress import CLASS_COUNTERS, COUNTER_READ_LATENCY, ClassJoin, EgressQueues
 from netreduce.sim.amaranth_streams import shared_simulator
 from netreduce.sim.egress_model import EgressModel, InBeat
 
@@ -192,6 +192,7 @@ class Run:
                 self.counters[name] = []
                 for c in range(CLASSES):
                     ctx.set(dut.counter_read, n * CLASSES + c)
+                    await ctx.tick().repeat(COUNTER_READ_LATENCY)
                     self.counters[name].append(ctx.get(dut.counter_value))
             self.counters["drops_oversize"] = ctx.get(dut.drops_oversize)
             self.counters["high_water"] = [ctx.get(dut.high_water[q]) for q in range(dut.queues)]

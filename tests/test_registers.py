@@ -15,6 +15,7 @@ from amaranth.sim import Simulator
 from netreduce.hw.csr import csr_signature, decode_registers
 from netreduce.registers import (
     BLOCKS,
+    READ_LATENCY,
     address,
     block,
     check_map,
@@ -104,14 +105,17 @@ def test_decoder_writes_every_register_and_reads_every_counter():
             assert ctx.get(dut.targets[key][i]) == value, (key, i)
         for key, seen in dut.strobe_seen.items():
             assert ctx.get(seen) == (1 << len(seen)) - 1, key
-        # every word of the address space up to past the last block: a read-only register reads its value
-        # the clock after, any other word (configuration, unmapped) 0
+        # every word of the address space up to past the last block, an address a clock: a read-only register
+        # reads its value READ_LATENCY clocks after its address, any other word (configuration, unmapped) 0
         reads = {address(*key.split(".")[:1], i, key.split(".")[1]): value for (key, i), value in counts.items()}
         last = max(check_map(PARAMS))
-        for at in range(last + 0x100):
+        addresses = list(range(last + 0x100))
+        for clock, at in enumerate(addresses + [0] * (READ_LATENCY - 1)):
             ctx.set(dut.csr.addr, at)
             await ctx.tick()
-            assert ctx.get(dut.csr.rdata) == reads.get(at, 0), hex(at)
+            if clock >= READ_LATENCY - 1:
+                read = addresses[clock - (READ_LATENCY - 1)]
+                assert ctx.get(dut.csr.rdata) == reads.get(read, 0), hex(read)
         assert counter_address("acks_ahead") == address("counters", 0, "acks_ahead")
 
     sim = Simulator(dut)

@@ -5,12 +5,14 @@ port shows the clock after), and one reply, equal byte for byte to the host libr
 (``build_management_frame``), out of the port the request came in on, in the egress stage's control class."""
 
 import random
+from collections import deque
 
 import pytest
 from amaranth.sim import Simulator
 
 from netreduce.host.management import ManagementMessage, build_management_frame, management_address
 from netreduce.hw.switch.management import SETTLE, ManagementAgent
+from netreduce.registers import READ_LATENCY
 from netreduce.wire import CONTROL_DSCP, ManagementOp
 
 ADDRESS = management_address(switch_mac="02:4e:52:00:00:fe", switch_ip="10.0.255.254",
@@ -41,12 +43,16 @@ def test_requests_become_operations_and_replies(width):
             ctx.set(dut.request.valid, 0)
 
     async def registers(ctx):
-        """The register port: a write is noted, a read shows its word the clock after its address."""
+        """The register port: a write is noted, a read shows its word READ_LATENCY clocks after its address
+        (a word the agent did not ask for, 0xBAD, in every other clock)."""
         clock = 0
+        asked = deque([None] * (READ_LATENCY - 1))
         async for _, _, owns, addr, we, wdata in ctx.tick().sample(dut.owns_csr, dut.csr.addr, dut.csr.we,
                                                                    dut.csr.wdata):
             clock += 1
-            ctx.set(dut.csr.rdata, register_word(addr) if owns else 0xBAD)
+            asked.append(addr if owns else None)
+            shown = asked.popleft()
+            ctx.set(dut.csr.rdata, 0xBAD if shown is None else register_word(shown))
             if owns:
                 operations.append((clock, addr, we, wdata if we else None))
 

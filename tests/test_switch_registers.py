@@ -7,12 +7,13 @@ queue the build lacks nowhere) and shows its stage's counters at that port's add
 port's MAC counters read at that port's addresses."""
 
 import random
+from collections import deque
 
 from amaranth.sim import Simulator
 
 from netreduce.egress import CLASSES, OTHER_CLASS, Scheduling, default_dscp_classes
 from netreduce.host.protocol import ip_to_int, mac_to_int
-from netreduce.hw.egress import EgressQueues
+from netreduce.hw.egress import COUNTER_READ_LATENCY, EgressQueues
 from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import (
     COUNTERS,
@@ -29,7 +30,7 @@ from netreduce.registers import (
 )
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig
 
-from references import write_registers
+from references import read_register, write_registers
 
 JOBS, WORKERS, ENTRIES, MTU = 2, 2, 4, 1024
 EGRESS_NAMES = tuple(EGRESS_COUNTERS)       # the counters each egress stage keeps per class
@@ -56,17 +57,19 @@ def config():
 
 
 def class_counter_stages(dut, values):
-    """A background testbench that stands for every port's egress stage: it shows on
-    ``egress_status[p].counter_value`` the per-class counter that ``egress_counter_read`` names, in the same
-    clock (``values``: ``{(p, name, c): value}``)."""
+    """A background process that stands for every port's egress stage: it shows on
+    ``egress_status[p].counter_value`` the per-class counter that ``egress_counter_read`` named
+    ``COUNTER_READ_LATENCY`` clocks before (``values``: ``{(p, name, c): value}``)."""
     async def stages(ctx):
-        index = ctx.get(dut.egress_counter_read)
-        while True:
-            kind, c = divmod(index, CLASSES)
+        # (a process: what it sets after an edge stands for registers, what it samples is what they took)
+        named = deque([None] * (COUNTER_READ_LATENCY - 1))
+        async for _, _, index in ctx.tick().sample(dut.egress_counter_read):
+            named.append(index)
+            shown = named.popleft()
+            kind, c = divmod(shown, CLASSES) if shown is not None else (len(EGRESS_NAMES), 0)
             name = EGRESS_NAMES[kind] if kind < len(EGRESS_NAMES) else None
             for p in range(len(dut.egress_status)):
                 ctx.set(dut.egress_status[p].counter_value, values.get((p, name, c), 0))
-            (index,) = await ctx.changed(dut.egress_counter_read)
     return stages
 
 
@@ -123,9 +126,7 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
                 assert place.port == getattr(conn, f"{name}_port")
                 assert place.vlan == vlan_word(getattr(conn, f"{name}_vlan"))
         for name in COUNTERS:
-            ctx.set(dut.csr.addr, counter_address(name))
-            await ctx.tick()
-            assert ctx.get(dut.csr.rdata) == sum(increments[name]), name
+            assert await read_register(ctx, dut.csr, counter_address(name)) == sum(increments[name]), name
 
         changed, kept = ctx.get(dut.egress[1]), ctx.get(dut.egress[0])
         defaults = default_dscp_classes()
@@ -137,12 +138,9 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
         assert changed.scheduling == Scheduling.WEIGHTED and kept.scheduling == Scheduling.STRICT
         assert [changed.quantum[q] for q in range(QUEUES)] == [stage.max_frame_beats, 100, stage.max_frame_beats]
         for (p, name, i), value in status.items():
-            ctx.set(dut.csr.addr, address("egress", p, name if i is None else f"{name}{i}"))
-            await ctx.tick()
-            assert ctx.get(dut.csr.rdata) == value, (p, name, i)
-        ctx.set(dut.csr.addr, address("egress", 1, f"high_water{QUEUES}"))
-        await ctx.tick()
-        assert ctx.get(dut.csr.rdata) == 0
+            at = address("egress", p, name if i is None else f"{name}{i}")
+            assert await read_register(ctx, dut.csr, at) == value, (p, name, i)
+        assert await read_register(ctx, dut.csr, address("egress", 1, f"high_water{QUEUES}")) == 0
 
     async def watch(ctx):
         async for _, _, jobs, connections in ctx.tick().sample(dut.job_enabled, dut.connection_enabled):
@@ -155,7 +153,7 @@ def test_configuration_comes_out_field_for_field_and_counters_add():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.add_process(watch)
-    sim.add_testbench(class_counter_stages(dut, status), background=True)
+    sim.add_process(class_counter_stages(dut, status))
     sim.run()
     assert pulses == {"job": [1] * JOBS, "connection": [1] * (JOBS * WORKERS)}
 
@@ -196,9 +194,7 @@ def test_a_boards_mac_counters_read_at_their_ports_addresses():
         for (p, name), value in values.items():
             ctx.set(dut.ethernet_status[p][name], value)
         for (p, name), value in values.items():
-            ctx.set(dut.csr.addr, address("ethernet", p, name))
-            await ctx.tick()
-            assert ctx.get(dut.csr.rdata) == value, (p, name)
+            assert await read_register(ctx, dut.csr, address("ethernet", p, name)) == value, (p, name)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -259,12 +255,10 @@ def test_only_read_only_words_read_back_and_every_other_address_reads_0():
             ctx.set(dut.increments[name], 0)
         await ctx.tick().repeat(2)
         for at, value in sorted(expected.items()):
-            ctx.set(dut.csr.addr, at)
-            await ctx.tick()
-            assert ctx.get(dut.csr.rdata) == value, hex(at)
+            assert await read_register(ctx, dut.csr, at) == value, hex(at)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
-    sim.add_testbench(class_counter_stages(dut, class_counters), background=True)
+    sim.add_process(class_counter_stages(dut, class_counters))
     sim.run()

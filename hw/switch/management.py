@@ -9,7 +9,7 @@ control plane") and hands its operation to ``request``; the agent takes one at a
    the request itself (a commit's counters land two clocks after it);
 2. one clock on the register port ``csr`` (``owns_csr`` high: the switch gives it the port in that clock): a
    write, or the address of a read;
-3. for a read, the clock in which ``csr.rdata`` shows the word;
+3. ``READ_LATENCY`` clocks later, for a read, the clock in which ``csr.rdata`` shows the word;
 4. the reply, a 60-byte frame to the manager (``netreduce.host.management.build_management_frame``: the
    request's fields, the reply bit set, a read's word as its value), on ``o`` at one beat per clock, with
    ``port`` (and its beats' ``port``) the port the request came in on. Its class is ``CONTROL_DSCP``, the
@@ -25,6 +25,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ...host.management import ManagementMessage, build_management_frame
+from ...registers import READ_LATENCY
 from ...wire import CONTROL_DSCP, MANAGEMENT_REPLY, ManagementOp
 from ..csr import csr_signature
 from ..egress import egress_stream
@@ -33,6 +34,7 @@ from ..stream import check_width
 __all__ = ["ManagementAgent", "ManagementRequest", "SETTLE"]
 
 SETTLE = 4                  # clocks between taking a request and its register operation
+assert READ_LATENCY >= 2 and SETTLE >= READ_LATENCY - 2
 
 
 def ManagementRequest(ports):
@@ -102,7 +104,12 @@ class ManagementAgent(wiring.Component):
                     m.next = "OPERATE"
             with m.State("OPERATE"):
                 m.d.comb += [self.owns_csr.eq(1), self.csr.we.eq(taken.write)]
-                m.next = "READ"
+                m.d.sync += settle.eq(0)
+                m.next = "READ_WAIT"
+            with m.State("READ_WAIT"):     # the read's word shows READ_LATENCY clocks after OPERATE
+                m.d.sync += settle.eq(settle + 1)
+                with m.If(settle == READ_LATENCY - 2):
+                    m.next = "READ"
             with m.State("READ"):
                 with m.If(~taken.write):
                     m.d.sync += value.eq(self.csr.rdata)

@@ -17,7 +17,8 @@ come in through ``ethernet_status[p]`` and read as the register map's ``ethernet
 
 Counters: ``increments`` carries, for one clock, how much each counter of ``netreduce.registers.COUNTERS``
 grows (a field per counter, by name); the counter adds it a clock later, so that nothing that decides an
-event runs into a 32-bit adder. A read of a counter's address shows it the clock after.
+event runs into a 32-bit adder. A read shows its word ``READ_LATENCY`` clocks after its address
+(``hw.csr``; the egress stages' counters take ``COUNTER_READ_LATENCY`` of them).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -26,8 +27,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...egress import CLASSES, DSCPS, MAX_QUEUES
-from ...registers import COUNTERS, EGRESS, EGRESS_COUNTERS, ETHERNET_COUNTERS, SWITCH
+from ...registers import COUNTERS, EGRESS, EGRESS_COUNTERS, ETHERNET_COUNTERS, READ_LATENCY, SWITCH
 from ..csr import csr_signature, decode_registers
+from ..egress import COUNTER_READ_LATENCY
 from ..ethernet import EthernetStatus
 
 __all__ = ["Place", "SwitchAddress", "JobEntry", "ConnectionEntry", "ForwardingEntry", "SwitchRegisters",
@@ -158,5 +160,6 @@ class SwitchRegisters(wiring.Component):
             readable[f"egress.high_water{q}"] = [status[p].high_water[q] if q < Q else 0 for p in range(P)]
         for name in ("drops_oversize", "occupancy"):
             readable[f"egress.{name}"] = [status[p][name] for p in range(P)]
+        assert COUNTER_READ_LATENCY == READ_LATENCY - 1, "the read tree takes the egress counters when they show"
         first = EGRESS.register(f"{next(iter(EGRESS_COUNTERS))}0").offset
         m.d.comb += self.egress_counter_read.eq(self.csr.addr[:exact_log2(EGRESS.stride)] - first)
