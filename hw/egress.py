@@ -279,9 +279,12 @@ class EgressQueues(wiring.Component):
         m.d.comb += [free_w.addr.eq(free_tail), free_w.data.eq(given_cell), free_w.en.eq(give_back)]
         with m.If(give_back):
             m.d.sync += free_tail.eq(increment(free_tail, cells))
-        free_next = Signal.like(free_cells)
-        m.d.comb += free_next.eq(free_cells + give_back - allocate)
-        m.d.sync += [free_cells.eq(free_next), room.eq(free_next >= self.max_frame_cells)]
+        # (``allocate`` is decided late in the clock, by admission: it only chooses between sums and comparisons
+        # made beside it)
+        free_kept = Signal.like(free_cells)
+        m.d.comb += free_kept.eq(free_cells + give_back)
+        m.d.sync += [free_cells.eq(Mux(allocate, free_kept - 1, free_kept)),
+                     room.eq(Mux(allocate, free_kept >= self.max_frame_cells + 1, free_kept >= self.max_frame_cells))]
 
         # ---- descriptors: one FIFO per queue, a frame's descriptor queued when its last beat is written --
         descriptor = data.StructLayout({

@@ -93,9 +93,10 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
 
     a_s, a_mag, a_sig, a_eeff, a_nan, a_inf = unpack(v["a"])
     b_s, b_mag, b_sig, b_eeff, b_nan, b_inf = unpack(v["b"])
-    # the magnitude comparison (a carry chain) only selects among values computed beside it: both
-    # significands with their hidden bits, both exponent differences and what they imply
-    swap = b_mag > a_mag
+    # the magnitude comparison only selects among values computed beside it: both significands with their
+    # hidden bits, both exponent differences and what they imply. It is two shorter carry chains side by
+    # side (exponent fields, fraction fields) and a LUT, rather than one chain over both fields.
+    swap = (b_mag[M:] > a_mag[M:]) | ((b_mag[M:] == a_mag[M:]) & (b_mag[:M] > a_mag[:M]))
     sub = a_s ^ b_s
     d_ab = (a_eeff - b_eeff)[:E]
     d_ba = (b_eeff - a_eeff)[:E]
