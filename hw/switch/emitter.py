@@ -425,13 +425,17 @@ _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control f
 
 
 def control_checksum(m, src_ip, dst_ip):
-    """The IPv4 header checksum of a control frame: the constant words, then the addresses, folded twice."""
-    total, once, checksum = Signal(20), Signal(17), Signal(16)
-    m.d.comb += [
-        total.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16] + dst_ip[16:] + dst_ip[:16]),
+    """The IPv4 header checksum of a control frame: the constant words, then the addresses, folded twice.
+    The addresses are configuration, so the work is spread over registered clocks (four from a change of
+    the addresses to the checksum, the caller's register included; traffic follows configuration by far
+    more): each address's two words, then the sum with the constant words, then each fold."""
+    src, dst, total, once, checksum = Signal(17), Signal(17), Signal(20), Signal(17), Signal(16)
+    m.d.sync += [
+        src.eq(src_ip[16:] + src_ip[:16]), dst.eq(dst_ip[16:] + dst_ip[:16]),
+        total.eq(_IPV4_FIXED + src + dst),
         once.eq(total[:16] + total[16:]),
-        checksum.eq(~(once[:16] + once[16:])),
     ]
+    m.d.comb += checksum.eq(~(once[:16] + once[16:]))
     return checksum
 
 
