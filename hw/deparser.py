@@ -72,8 +72,12 @@ def _pack(table, values):
 
 
 def ipv4_sum(header_bytes_list):
-    """The sum of the 10 words of 20 IPv4 header bytes (at most 20 bits), before the ones' complement fold."""
-    return sum(Cat(header_bytes_list[2 * i + 1], header_bytes_list[2 * i]) for i in range(10))
+    """The sum of the 10 words of 20 IPv4 header bytes (at most 20 bits), before the ones' complement fold:
+    a balanced tree of adders, four deep (a running sum would chain nine)."""
+    terms = [Cat(header_bytes_list[2 * i + 1], header_bytes_list[2 * i]) for i in range(10)]
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def checksum_of_sum(total):
@@ -155,9 +159,13 @@ def serialize_header(m, hdr, window_bytes, ipv6=True):
                         m.d.comb += place(after + nbytes_of["deth"], imm)
                     with m.Else():
                         m.d.comb += place(after, imm)
-                extensions = sum(Mux(getattr(hdr, f"has_{name}"), size, 0) for name, size in nbytes_of.items())
+                # the headers' length: a table of this layout's lengths over the extension flags (a sum of the
+                # extensions' sizes would be a chain of adders)
+                flags = Cat(*[getattr(hdr, f"has_{name}") for name in nbytes_of])
+                lengths = Array(C(after + sum(size for k, size in enumerate(nbytes_of.values()) if index >> k & 1), 8)
+                                for index in range(1 << len(nbytes_of)))
                 with m.If(hdr.roce):
-                    m.d.comb += length.eq(after + extensions)
+                    m.d.comb += length.eq(lengths[flags])
     return header, length, layout, ip_sum
 
 
@@ -240,8 +248,9 @@ class RoceDeparser(wiring.Component):
         m.d.comb += [
             plan_in.header.eq(header), plan_in.length.eq(length), plan_in.layout.eq(layout),
             plan_in.roce.eq(record.roce), plan_in.ipv4.eq(record.ip_version == 4), plan_in.ip_sum.eq(ip_sum),
-            plan_in.icrc_room.eq(Mux(length[0:lane_bits] + ICRC_BYTES - 1 < nbytes,
-                                     nbytes - (ICRC_BYTES - 1) - length[0:lane_bits], 0)),
+            # (a table over the length's lane: no arithmetic on the way into the plan)
+            plan_in.icrc_room.eq(Array(C(max(0, nbytes - (ICRC_BYTES - 1) - lane), len(plan_in.icrc_room))
+                                       for lane in range(nbytes))[length[0:lane_bits]]),
             plans.w_data.eq(plan_in),
             plans.w_en.eq(record_valid),
         ]
