@@ -426,10 +426,15 @@ class EgressQueues(wiring.Component):
             with m.If(cell_end & ~last_beat):
                 m.d.sync += r_cell.eq(link_r.data)
 
+        # (``store_beat`` is decided late, by admission: it only chooses between the counts made beside it)
+        def count(value, stored, taken):
+            after_read = Signal.like(value)
+            m.d.comb += after_read.eq(value - taken)
+            m.d.sync += value.eq(Mux(stored, after_read + 1, after_read))
+
         for q in range(Q):
-            m.d.sync += queue_occupancy[q].eq(queue_occupancy[q] + (store_beat & (frame_queue == q))
-                                              - (read & (r_queue == q)))
-        m.d.sync += occupancy.eq(occupancy + store_beat - read)
+            count(queue_occupancy[q], store_beat & (frame_queue == q), read & (r_queue == q))
+        count(occupancy, store_beat, read)
 
         # the output FIFO: the beat read in one clock comes out of the memory in the next
         out_layout = data.StructLayout({"beat": FrameBeat(W), "cls": CLASS_BITS})
