@@ -3,7 +3,7 @@
     python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--seed S] [--placer heap|static]
                                             [--no-route]
 
-The switch is the one issue 15 sets the clock goal for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
+The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
 window (MTU 1024, 4-packet messages, ``max_frame`` 2048). It is elaborated once, and each of its named parts
 (``hw.switch.top.NetReduceSwitch``'s submodules, with the very parameters the top gives them) goes through
 ``netreduce.synth.synth_ecp5`` on its own: Yosys ``synth_ecp5``, nextpnr-ecp5 on an LFE5U-85F (CABGA381, speed
