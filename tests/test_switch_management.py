@@ -1,7 +1,7 @@
 """amaranth.sim unit test of hw/switch/management.py (``ManagementAgent``): requests handed over with random
 idle clocks, replies taken with random backpressure, at both widths. Each request is one operation on the
 register port, SETTLE clocks after it is taken (a write with its word, or a read whose word the register
-port shows the clock after), and one reply, equal byte for byte to the host library's
+port shows READ_LATENCY clocks after), and one reply, equal byte for byte to the host library's
 (``build_management_frame``), out of the port the request came in on, in the egress stage's control class."""
 
 import random
@@ -57,19 +57,21 @@ def test_requests_become_operations_and_replies(width):
                 operations.append((clock, addr, we, wdata if we else None))
 
     async def take(ctx):
-        frame, sent = b"", 0
+        frame, ports, sent = b"", set(), 0
         while len(replies) < len(requests):
             ctx.set(dut.o.ready, rng.random() < 0.6)
-            valid, ready, beat, port, went = (ctx.get(dut.o.valid), ctx.get(dut.o.ready), ctx.get(dut.o.payload),
-                                              ctx.get(dut.port), ctx.get(dut.sent))
+            valid, ready, beat, went = (ctx.get(dut.o.valid), ctx.get(dut.o.ready), ctx.get(dut.o.payload),
+                                        ctx.get(dut.sent))
             await ctx.tick()
             sent += went
             if valid and ready:
                 assert beat.dscp == CONTROL_DSCP and beat.lossy == 0 and beat.first == (frame == b"")
                 frame += bytes((beat.data >> 8 * i) & 0xFF for i in range(width // 8) if beat.keep >> i & 1)
+                ports.add(beat.port)        # (every beat of a reply names its port)
                 if beat.last:
+                    (port,) = ports
                     replies.append((port, frame))
-                    frame = b""
+                    frame, ports = b"", set()
         assert sent == len(requests)
 
     sim = Simulator(dut)

@@ -11,8 +11,8 @@ control plane") and hands its operation to ``request``; the agent takes one at a
    write, or the address of a read;
 3. ``READ_LATENCY`` clocks later, for a read, the clock in which ``csr.rdata`` shows the word;
 4. the reply, a 60-byte frame to the manager (``netreduce.host.management.build_management_frame``: the
-   request's fields, the reply bit set, a read's word as its value), on ``o`` at one beat per clock, with
-   ``port`` (and its beats' ``port``) the port the request came in on. Its class is ``CONTROL_DSCP``, the
+   request's fields, the reply bit set, a read's word as its value), on ``o`` at one beat per clock, its
+   beats' ``port`` the port the request came in on. Its class is ``CONTROL_DSCP``, the
    egress stage's queue 0. ``sent`` is 1 in the clock its first beat is taken (the switch's ``frames_out``).
 
 Everything but the four fields of the reply is fixed when the switch is built (the addresses, the IPv4
@@ -57,7 +57,6 @@ class ManagementAgent(wiring.Component):
             "csr": Out(csr_signature()),
             "owns_csr": Out(1),
             "o": Out(egress_stream(width)),
-            "port": Out(range(ports)),
             "sent": Out(1),
         })
 
@@ -83,7 +82,6 @@ class ManagementAgent(wiring.Component):
         last_keep = (1 << (len(self.template) - (beats - 1) * B)) - 1
 
         m.d.comb += [
-            self.port.eq(taken.port),
             self.csr.addr.eq(taken.address), self.csr.wdata.eq(taken.value),
             self.o.payload.data.eq(words[beat]), self.o.payload.first.eq(beat == 0),
             self.o.payload.last.eq(beat == beats - 1),

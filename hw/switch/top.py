@@ -292,8 +292,8 @@ class NetReduceSwitch(wiring.Component):
         wiring.connect(m, emitter.hdr, deparser.hdr)
         wiring.connect(m, emitter.payload, deparser.i)
         # every frame out of the deparser with its class (one entry per header record handed to the deparser,
-        # in the same order)
-        # (the port each frame leaves by: looked up from the class's destination MAC on its way to the queue)
+        # in the same order), with the port it leaves by: looked up from the class's destination MAC on its way
+        # to the queue
         m.submodules.forwarding = forwarding = ForwardingTable(ports=self.ports, entries=self.forwarding_entries)
         m.d.comb += [forwarding.entries.eq(regs.forwarding), forwarding.default_port.eq(regs.switch.default_port)]
         wiring.connect(m, emitter.classes, forwarding.i)
