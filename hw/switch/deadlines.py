@@ -8,7 +8,8 @@ same messages before each frame as the golden model does.
 
 - ``now`` counts clocks. Each ``arrival`` (a frame's first beat taken into the pipeline) is stamped with it
   into a FIFO, whose head is ``head``: the arrival of the next frame the monitor takes (``ready`` when it
-  takes it). The FIFO holds a stamp for each frame between the port arbiter and the monitor (``DEPTH``).
+  takes it). The FIFO holds a stamp for each frame between the port arbiter and the monitor (``DEPTH``); its
+  head is a register (a stamp shows there two clocks after its arrival), so that ``due`` starts from one.
 - ``due[i]``, for message ``i = j K + k`` (``open``: busy and not complete, of a job that is ``lossy``): its
   deadline is at or before the *frontier*, the arrival at the head (while no frame is waiting, ``now`` minus
   ``IDLE_MARGIN``, since a frame that went in since then may not have its stamp at the head yet),
@@ -23,7 +24,7 @@ same messages before each frame as the golden model does.
 
 from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -34,7 +35,7 @@ class Deadlines(wiring.Component):
     """``Deadlines(*, jobs, message_slots)`` (module documentation)."""
 
     DEPTH = 64          # frames between the arbiter and the monitor: the arbiter's 32, the match's 5, the parser's
-    IDLE_MARGIN = 3     # clocks from a first beat's arrival to its stamp at the head of an empty FIFO, at most
+    IDLE_MARGIN = 3     # clocks from a first beat's arrival to its stamp at the head of an empty FIFO (2), at most
 
     def __init__(self, *, jobs, message_slots):
         self.jobs_count, self.message_slots = jobs, message_slots
@@ -63,7 +64,7 @@ class Deadlines(wiring.Component):
         k_bits = max(1, ceil_log2(K))
         now = Signal(32)
         m.d.sync += now.eq(now + 1)
-        m.submodules.arrivals = arrivals = SyncFIFO(width=32, depth=self.DEPTH)
+        m.submodules.arrivals = arrivals = SyncFIFOBuffered(width=32, depth=self.DEPTH)
         m.d.comb += [arrivals.w_en.eq(self.arrival), arrivals.w_data.eq(now),
                      self.head.valid.eq(arrivals.r_rdy), self.head.payload.eq(arrivals.r_data),
                      arrivals.r_en.eq(self.head.ready)]

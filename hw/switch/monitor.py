@@ -19,23 +19,23 @@ and where the monitor goes next come from the plan alone; the last beat's facts 
 counts as registered marks, the aggregation header) only say whether it happens, so they reach nothing but
 the write enables of state, bitmap, header store (``store_write``), ``descriptors`` and ``sum_requests``. The
 next header is taken in the same clock; counters (``increments``) add two clocks later. Rare cases take
-clocks of their own: ``DUP_SEARCH`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
-``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
-management request from the manager, with a ``management`` address: checked and handed on
-``management_request`` to ``management.ManagementAgent``), ``RELEASE_CHECK`` and ``RELEASE`` (after an ACK
-that makes the oldest message delivered: frees the job's delivered messages, two clocks each, and queues
-their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a contribution streams into the
-bank of the message slot its payload's ``msg_seq`` names and is decided after its last beat in
-``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose
-deadline has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one (masked
-sum, results), and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes before
-the commit are speculative: the packet ring rolls back, and a bank word is written only where the worker's
-bit is clear.
+clocks of their own: ``DUP_SEARCH``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that
+has its PSN), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
+``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and handed on
+``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and
+``RELEASE`` (after an ACK that makes the oldest message delivered: frees the job's delivered messages, three
+clocks each, and queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a
+contribution streams into the bank of the message slot its payload's ``msg_seq`` names and is decided after its
+last beat in ``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a
+message whose deadline has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE``
+completes one (masked sum, results), and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its
+credits. Writes before the commit are speculative: the packet ring rolls back, and a bank word is written only
+where the worker's bit is clear.
 
 Out of the monitor, in commit order: ``descriptors`` and ``headers`` to ``emitter.Emitter``, ``sum_requests``
-to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) to the
-emitter, which reports back ``results_sent`` (``unsent.UnsentResults``, which holds a message's release until
-its results have left) and ``psn_used``.
+to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) to the emitter,
+which reports back ``results_sent`` (``unsent.UnsentResults``, which holds a message's release until its
+results have left) and ``psn_used``.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
@@ -238,7 +238,8 @@ class StatusMonitor(wiring.Component):
         # released before its results have left, even if an ACK (which no real NIC sends this early) says otherwise
         m.submodules.unsent = unsent = UnsentResults(J * K)
         msg_all_sent = Array(unsent.all_sent[i] for i in range(J * K))
-        unsent_add, unsent_add_at = Signal(), Signal(range(J * K))
+        unsent_add = Signal()
+        unsent_add_at = Signal(range(J * K))
         m.d.comb += [unsent.queued.valid.eq(unsent_add), unsent.queued.message.eq(unsent_add_at)]
         # each counter grows by what its event's clock sets (SwitchRegisters adds it a clock later)
         def count(name, amount=1):
@@ -283,9 +284,12 @@ class StatusMonitor(wiring.Component):
         # packet ring: committed and speculative write pointers (the emitter's read pointer: ``ring_read``)
         ring_depth = 1 << ring_bits
         ring_w = self.ring_write
-        ring_committed, ring_cursor = Signal(ring_bits + 1), Signal(ring_bits + 1)
+        ring_committed = Signal(ring_bits + 1)
+        ring_cursor = Signal(ring_bits + 1)
+        # a word free in the ring, registered: two free a clock ago leave one now (the cursor moves on by one a
+        # clock at most; a roll back and the emitter's reads only free words)
         ring_free = Signal()
-        m.d.comb += ring_free.eq((ring_cursor - self.ring_read)[:ring_bits + 1] < ring_depth)
+        m.d.sync += ring_free.eq((ring_cursor - self.ring_read)[:ring_bits + 1] < ring_depth - 1)
         hs_w = self.store_write
         m.d.comb += [self.sent[c].eq(sent[c]) for c in range(C)]
         m.d.comb += unsent.sent.eq(self.results_sent)
@@ -305,30 +309,47 @@ class StatusMonitor(wiring.Component):
             "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
             "dup_same_length": 1,
         })
-        look, plan = Signal(Plan), Signal(Plan)
+        look = Signal(Plan)
+        plan = Signal(Plan)
         ip_src = h.ip_src[:32]
         roce4 = h.roce & (h.ip_version == 4)
         conn = hm.conn
-        conn_job, conn_worker = Signal(job_bits), Signal(worker_bits)
+        conn_job = Signal(job_bits)
+        conn_worker = Signal(worker_bits)
         m.d.comb += [conn_job.eq(conn // N), conn_worker.eq(conn % N)]
         opcode, psn = h.bth_opcode, h.bth_psn
         first = Cat(*[opcode == op for op in _FIRST_OPCODES]).any()
         length = h.payload_len
         syndrome = h.aeth_syndrome
 
-        def oldest_message_acks(job):
-            """The job's oldest message (its index), whether the window holds it, and for each worker (a bit
-            each): outside the job, its part closed, its connection delivered through the part's last PSN;
-            and each part's last PSN (24 bits each)."""
+        OldestRow = data.StructLayout({"message": range(J * K), "held": 1, "outside": N, "closed": N,
+                                       "last": PSN_BITS * N, "delivered": PSN_BITS * N})
+
+        def oldest_message_row(job):
+            """What decides whether the job's oldest message is delivered (``OldestRow``): its index, whether
+            the window holds it, and for each worker: outside the job, its part closed (a bit each), the part's
+            last PSN and what its connection has delivered through (24 bits each)."""
+            row = Signal(OldestRow, name="oldest_row")
             oldest = job_oldest[job]
             message = job * K + oldest[:k_bits]
-            held = msg_busy[message] & (msg_seq[message] == oldest)
             # the message's parts, read as one row per message (one read, not one per worker)
-            last_row = Array(Cat(*[wk_last[i * N + w] for w in range(N)]) for i in range(J * K))[message]
-            lasts = [last_row[w * PSN_BITS:(w + 1) * PSN_BITS] for w in range(N)]
-            closed = Array(Cat(*[wk_closed[i * N + w] for w in range(N)]) for i in range(J * K))[message]
-            return (message, held, Cat(*[Const(w) >= job_n[job] for w in range(N)]), closed,
-                    Cat(*[_not_behind(delivered[job * N + w], lasts[w]) for w in range(N)]), Cat(*lasts))
+            m.d.comb += [
+                row.message.eq(message),
+                row.held.eq(msg_busy[message] & (msg_seq[message] == oldest)),
+                row.outside.eq(Cat(*[Const(w) >= job_n[job] for w in range(N)])),
+                row.closed.eq(Array(Cat(*[wk_closed[i * N + w] for w in range(N)]) for i in range(J * K))[message]),
+                row.last.eq(Array(Cat(*[wk_last[i * N + w] for w in range(N)]) for i in range(J * K))[message]),
+                row.delivered.eq(Cat(*[delivered[job * N + w] for w in range(N)])),
+            ]
+            return row
+
+        def psns(value):
+            return [value[w * PSN_BITS:(w + 1) * PSN_BITS] for w in range(N)]
+
+        def delivered_through_last(row):
+            """For each worker (a bit each): its connection delivered through its part's last PSN."""
+            return Cat(*[_not_behind(done, last) for done, last in zip(psns(row.delivered), psns(row.last),
+                                                                        strict=True)])
 
         # LOOKUP reads the connection's state, then the message's and packet slot's that it points to. Where
         # the shortest RoCE frame's own bytes (headers and ICRC) span two beats or more, the monitor has
@@ -341,7 +362,8 @@ class StatusMonitor(wiring.Component):
             "oldest_message": range(J * K), "oldest_held": 1, "outside": N, "closed": N, "delivered": N,
             "last": PSN_BITS * N,
         })
-        view_now, view = Signal(ConnView), Signal(ConnView)
+        view_now = Signal(ConnView)
+        view = Signal(ConnView)
         read_first = self.lookup_clocks == 2
         through_now = Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)
         delivers = (syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE)
@@ -361,10 +383,10 @@ class StatusMonitor(wiring.Component):
                               & ~_not_behind(sent[conn], through_now)),
         ]
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
-        oldest_now = oldest_message_acks(conn_job)
-        for field, value in zip(("oldest_message", "oldest_held", "outside", "closed", "delivered", "last"),
-                                oldest_now, strict=True):
-            m.d.comb += view_now[field].eq(value)
+        oldest_now = oldest_message_row(conn_job)
+        m.d.comb += [view_now.oldest_message.eq(oldest_now.message), view_now.oldest_held.eq(oldest_now.held),
+                     view_now.outside.eq(oldest_now.outside), view_now.closed.eq(oldest_now.closed),
+                     view_now.delivered.eq(delivered_through_last(oldest_now)), view_now.last.eq(oldest_now.last)]
         if not read_first:
             m.d.comb += view.eq(view_now)
         distance, msg_index, packet_index, in_slot = view.distance, view.msg_index, view.packet_index, view.slot
@@ -418,21 +440,32 @@ class StatusMonitor(wiring.Component):
                      stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
-        # any (the rare case, so it takes two more clocks, DUP_SEARCH and DUP_READ)
-        dup_found, dup_index0 = Signal(), Signal()
-        dup_slot = Signal(slot_bits)
-        for k in reversed(range(K)):
+        # any (the rare case, so it takes three more clocks: DUP_SEARCH tests each message slot, DUP_PICK
+        # takes the first that holds the PSN, DUP_READ reads its packet slot)
+        DupTest = data.StructLayout({"held": 1, "index0": 1, "index": m_bits})
+        dup_tests_now = Signal(data.ArrayLayout(DupTest, K))
+        dup_tests = Signal(data.ArrayLayout(DupTest, K))
+        for k in range(K):
             entry = (plan.job * K + k) * N + plan.worker
             offset = Signal(PSN_BITS, name=f"dup_offset_{k}")
-            m.d.comb += offset.eq(psn - wk_first[entry])
-            held = msg_busy[plan.job * K + k] & wk_started[entry] & (offset < _HALF) & \
-                Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)
-            with m.If(held):
-                m.d.comb += [dup_found.eq(1), dup_index0.eq(offset == 0),
-                             dup_slot.eq((plan.job * K + k) * M + offset[:m_bits])]
+            m.d.comb += [
+                offset.eq(psn - wk_first[entry]),
+                dup_tests_now[k].held.eq(msg_busy[plan.job * K + k] & wk_started[entry] & (offset < _HALF)
+                                         & Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)),
+                dup_tests_now[k].index0.eq(offset == 0),
+                dup_tests_now[k].index.eq(offset[:m_bits]),
+            ]
+        dup_found = Signal()
+        dup_index0 = Signal()
+        dup_slot = Signal(slot_bits)
+        for k in reversed(range(K)):        # (the first message slot that holds it)
+            with m.If(dup_tests[k].held):
+                m.d.comb += [dup_found.eq(1), dup_index0.eq(dup_tests[k].index0),
+                             dup_slot.eq((plan.job * K + k) * M + dup_tests[k].index)]
 
         # the path of the payload while it streams
-        forwarding, contributing = Signal(), Signal()
+        forwarding = Signal()
+        contributing = Signal()
         m.d.comb += [
             forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
                           & (plan.plain | plan.ack | ~plan.data | ~plan.write_op
@@ -460,7 +493,9 @@ class StatusMonitor(wiring.Component):
         lossy_delay = key_beat
         lossy_writing = plan.lossy & plan.write_op
         key_k = beat.data[8 * key_lane:8 * key_lane + k_bits]
-        lossy_k, lossy_write_ok, held_word = Signal(k_bits), Signal(), Signal(W)
+        lossy_k = Signal(k_bits)
+        lossy_write_ok = Signal()
+        held_word = Signal(W)
         at_key = beat_index == key_beat
         k_now = Mux(at_key, key_k, lossy_k)
         lossy_beat = Signal(range(frame_beats + 2))
@@ -488,7 +523,8 @@ class StatusMonitor(wiring.Component):
             m.d.comb += [write.slot.eq(lossy_slot(plan.job, k_now)), write.beat.eq(lossy_beat[:beat_bits]),
                          write.data.eq(held_word if lossy_delay else beat.data)]
         # the frame so far with the beat on the parser's output: what the commit sees on the last beat
-        verdict, stream_total = Signal(3), Signal(16)
+        verdict = Signal(3)
+        stream_total = Signal(16)
         window_now = Signal(8 * WINDOW_BYTES)
         m.d.comb += [verdict.eq(beat.verdict.as_value()),
                      stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
@@ -526,7 +562,9 @@ class StatusMonitor(wiring.Component):
                      Const(DTYPE_CODES[self.dtype], 8)] + big(job, 2) + [None, None] + big(seq, 4))
 
         header_beats = -(-len(expected_header(0, 0)) // B)
-        agg_expect, agg_lanes, agg_so_far = Signal(W), Signal(B), Signal()
+        agg_expect = Signal(W)
+        agg_lanes = Signal(B)
+        agg_so_far = Signal()
 
         seq_bytes = range(_MSG_SEQ_BYTE - 3, _MSG_SEQ_BYTE + 1)
 
@@ -549,7 +587,8 @@ class StatusMonitor(wiring.Component):
         # ``results``: a RESULT_REQUEST (a bounded-loss receiver asks for message ``value`` again), else a
         # CREDIT_REQUEST
         Request = data.StructLayout({"ok": 1, "found": 1, "j": job_bits, "worker": 8, "results": 1, "value": 32})
-        parsed_request, request = Signal(Request), Signal(Request)
+        parsed_request = Signal(Request)
+        request = Signal(Request)
         request_job = Signal(16)
 
         m.submodules.requests = requests = RequestDecoder()
@@ -654,7 +693,9 @@ class StatusMonitor(wiring.Component):
         by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
         lossy_committing = Signal()     # the monitor is in LOSSY: a bounded-loss contribution is decided
-        lossy_go, lossy_reason = Signal(), Signal(range(len(COUNTERS)))     # its decision (LOSSY)
+        # its decision (LOSSY)
+        lossy_go = Signal()
+        lossy_reason = Signal(range(len(COUNTERS)))
         intended = Signal(Outcome)
         m.d.comb += intended.eq(Mux(managing, Outcome.MANAGE,
                                     Mux(checking, Mux(request.results, Outcome.RESULT_REQUEST, Outcome.CREDIT),
@@ -681,7 +722,8 @@ class StatusMonitor(wiring.Component):
                                      "checking": 1, "request_valid": 1, "managing": 1, "management_ok": 1,
                                      "bad": 1, "icrc_ok": 1, "oversize": 1,
                                      "facts": 2, "reasons": 4 * len(by_facts[0][1])})
-        settled, settling = Signal(Settled), Signal()
+        settled = Signal(Settled)
+        settling = Signal()
         settled_now = Signal(Settled)
         m.d.comb += [
             settled_now.lossy.eq(lossy_committing), settled_now.lossy_reason.eq(lossy_reason),
@@ -759,13 +801,18 @@ class StatusMonitor(wiring.Component):
         # commits. A RESULT_REQUEST probes its message in RR_READ and is answered in RR_APPLY. A completion
         # (the bitmap full at a contribution, or a deadline found in EXPIRE) is applied in COMPLETE, and the
         # job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE, with their CREDITs.
-        LossyFacts = data.StructLayout({"bad": 1, "icrc_ok": 1, "oversize": 1, "agg_ok": 1, "ends": 1, "seq": 32})
+        LossyFacts = data.StructLayout({"bad": 1, "icrc_ok": 1, "oversize": 1, "agg_ok": 1, "ends": 1})
         lossy_facts = Signal(LossyFacts)
         Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
                                    "in_window": 1, "length_match": 1, "length": 16, "opens": K})
-        probe_job, probe_seq, probe_worker = Signal(job_bits), Signal(32), Signal(worker_bits)
-        probe_now, probe = Signal(Probe), Signal(Probe)
-        m.d.comb += [probe_job.eq(plan.job), probe_seq.eq(lossy_facts.seq), probe_worker.eq(plan.worker)]
+        probe_job = Signal(job_bits)
+        probe_seq = Signal(32)
+        probe_worker = Signal(worker_bits)
+        probe_now = Signal(Probe)
+        probe = Signal(Probe)
+        # (the probe's message, registered: at a contribution's last beat, and in CONTROL_CHECK for a request)
+        def probe_for(job, seq, worker):
+            return [probe_job.eq(job), probe_seq.eq(seq), probe_worker.eq(worker)]
         probe_k = probe_seq[:k_bits]
         probe_message = probe_job * K + probe_k
         probe_slot = lossy_slot(probe_job, probe_k)
@@ -788,7 +835,9 @@ class StatusMonitor(wiring.Component):
             position = Signal(k_bits, name=f"probe_position_{k}")
             m.d.comb += position.eq(k - probe_oldest[:k_bits])
             message = probe_job * K + k
-            m.d.comb += probe_now.opens[k].eq((position < W_lossy) & (position <= probe_distance)
+            # (``position <= probe_distance``, position < K: no 32-bit comparison after the subtraction)
+            up_to = (probe_distance[k_bits:] != 0) | (position <= probe_distance[:k_bits])
+            m.d.comb += probe_now.opens[k].eq((position < W_lossy) & up_to
                                               & ~(msg_busy[message] & (msg_seq[message] == probe_oldest + position)))
 
         def open_messages(job):
@@ -848,7 +897,9 @@ class StatusMonitor(wiring.Component):
         lossy_full = lossy_bitmap == workers_mask(plan.job)
 
         # completions: of message slot ``complete_k`` of job ``complete_job``
-        complete_job, complete_k, complete_deadline = Signal(job_bits), Signal(k_bits), Signal()
+        complete_job = Signal(job_bits)
+        complete_k = Signal(k_bits)
+        complete_deadline = Signal()
         complete_message = complete_job * K + complete_k
         complete_slot = lossy_slot(complete_job, complete_k)
         complete_bitmap = pk_bitmap[complete_slot]
@@ -872,14 +923,17 @@ class StatusMonitor(wiring.Component):
         # --- monitor FSM -----------------------------------------------------------------------------------------
         # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
         releases = plan.releases & msg_all_sent[plan.oldest_message]
-        # RELEASE frees messages while the oldest is delivered and its results have left, checked (and the
-        # message registered) in RELEASE_CHECK, a clock before
+        # RELEASE frees messages while the oldest is delivered and its results have left: what decides it
+        # is read in RELEASE_READ, checked in RELEASE_CHECK (the message registered)
         release_job = plan.job
         oldest = job_oldest[release_job]
-        oldest_message, oldest_held, outside, closed, acked, _ = oldest_message_acks(release_job)
-        delivered_now = oldest_held & (outside | (closed & acked)).all()
-        releasable, released = Signal(), Signal(range(J * K))
-        release_allowed = Signal()      # the ACK that led to RELEASE_CHECK was not dropped
+        release_row = Signal(OldestRow)
+        release_row_now = oldest_message_row(release_job)
+        delivered_now = release_row.held & (release_row.outside
+                                             | (release_row.closed & delivered_through_last(release_row))).all()
+        releasable = Signal()
+        released = Signal(range(J * K))
+        release_allowed = Signal()      # the ACK that led to RELEASE_READ was not dropped
 
         # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
         # so that taking the last beat does not wait on the outcome); registered: two entries free a clock
@@ -945,7 +999,7 @@ class StatusMonitor(wiring.Component):
                         count("acks_ahead")
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
                 with m.If((intended == Outcome.ACK) & releases):
-                    m.next = "RELEASE_CHECK"
+                    m.next = "RELEASE_READ"
                 with m.Elif(happens("RESULT_REQUEST")):
                     m.next = "RR_READ"
                 with m.Elif(intended == Outcome.LOSSY):
@@ -991,7 +1045,8 @@ class StatusMonitor(wiring.Component):
                 m.d.sync += request.eq(parsed_request)
                 m.next = "CONTROL_CHECK"
             with m.State("CONTROL_CHECK"):
-                m.d.sync += request_valid.eq(request_found_valid)
+                m.d.sync += [request_valid.eq(request_found_valid),
+                             *probe_for(request_j, request.value, request_worker)]
                 m.next = "CONTROL"
             with m.State("CONTROL"):
                 m.d.comb += checking.eq(1)
@@ -1012,6 +1067,9 @@ class StatusMonitor(wiring.Component):
                 with m.Else():
                     m.next = "STREAM"
             with m.State("DUP_SEARCH"):
+                m.d.sync += dup_tests.eq(dup_tests_now)
+                m.next = "DUP_PICK"
+            with m.State("DUP_PICK"):
                 m.d.sync += [plan.dup_found.eq(dup_found), plan.dup_slot.eq(dup_slot),
                              plan.dup_index0.eq(dup_index0)]
                 m.next = "DUP_READ"
@@ -1054,7 +1112,7 @@ class StatusMonitor(wiring.Component):
                         m.d.sync += [lossy_facts.bad.eq(bad), lossy_facts.icrc_ok.eq(verdict[0]),
                                      lossy_facts.oversize.eq(oversize | too_long), lossy_facts.agg_ok.eq(agg_ok),
                                      lossy_facts.ends.eq(ends_at_length),
-                                     lossy_facts.seq.eq(big_endian(window_now, _MSG_SEQ_BYTE - 3, 4))]
+                                     *probe_for(plan.job, big_endian(window_now, _MSG_SEQ_BYTE - 3, 4), plan.worker)]
                     with m.Elif(beat.last):
                         commit(ring_written)
             with m.State("LOSSY_READ"):
@@ -1080,7 +1138,6 @@ class StatusMonitor(wiring.Component):
                         m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
                         m.next = "COMPLETE"
             with m.State("RR_READ"):
-                m.d.comb += [probe_job.eq(request_j), probe_seq.eq(request.value), probe_worker.eq(request_worker)]
                 m.d.sync += probe.eq(probe_now)
                 m.next = "RR_APPLY"
             with m.State("RR_APPLY"):
@@ -1144,9 +1201,12 @@ class StatusMonitor(wiring.Component):
                                  new_descriptor.workers.eq(job_n[complete_job]),
                                  new_descriptor.value.eq(advance_oldest + W_lossy)]
                     m.next = "ADVANCE_CHECK"
+            with m.State("RELEASE_READ"):
+                m.d.sync += release_row.eq(release_row_now)
+                m.next = "RELEASE_CHECK"
             with m.State("RELEASE_CHECK"):
-                m.d.sync += [releasable.eq(release_allowed & delivered_now & msg_all_sent[oldest_message]),
-                             released.eq(oldest_message)]
+                m.d.sync += [releasable.eq(release_allowed & delivered_now & msg_all_sent[release_row.message]),
+                             released.eq(release_row.message)]
                 m.next = "RELEASE"
             with m.State("RELEASE"):
                 with m.If(~releasable):
@@ -1155,7 +1215,7 @@ class StatusMonitor(wiring.Component):
                 with m.Elif(descriptors.w_rdy):
                     write_at(msg_busy, released, 0)
                     write_at(job_oldest, release_job, oldest + 1)
-                    m.next = "RELEASE_CHECK"
+                    m.next = "RELEASE_READ"
                     for w in range(N):
                         write_at(wk_started, released * N + w, 0)
                         write_at(wk_closed, released * N + w, 0)

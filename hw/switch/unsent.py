@@ -6,10 +6,10 @@ read its header store entries and its result entry (docs/ARCHITECTURE.md, "Switc
 The monitor counts one in (``queued``: a message's index) when it writes such a descriptor; the emitter
 counts one out (``sent``) when it has issued the descriptor's last word; both may come in one clock.
 
-``all_sent[i]`` is ``count[i] == 0``, kept in a register of its own beside the count and set from the
-count's comparisons with 0 and 1, in parallel with the strobes, so that a decision that reads it runs
-through no comparison of the count. ``COUNT_BITS``: a message's descriptors in flight are fewer than the
-descriptor queue and the emitter hold, far fewer than 2^8.
+``all_sent[i]`` is ``count[i] == 0``, kept in a register of its own beside the count and set from the count's
+comparisons with 0 and 1, in parallel with the strobes, so that a decision that reads it runs through no
+comparison of the count; the strobes only choose between the count, one up and one down. ``COUNT_BITS``: a
+message's descriptors in flight are fewer than the descriptor queue and the emitter hold, far fewer than 2^8.
 """
 
 from amaranth.hdl import Module, Signal
@@ -45,9 +45,12 @@ class UnsentResults(wiring.Component):
             count = Signal(self.COUNT_BITS, name=f"unsent_{i}")
             added = self.queued.valid & (self.queued.message == i)
             subtracted = self.sent.valid & (self.sent.message == i)
-            m.d.sync += count.eq(count + added - subtracted)
+            # (the count one up and one down computed beside the strobes, which only choose)
+            up = Signal(self.COUNT_BITS, name=f"unsent_up_{i}")
+            down = Signal(self.COUNT_BITS, name=f"unsent_down_{i}")
+            m.d.comb += [up.eq(count + 1), down.eq(count - 1)]
             with m.If(added & ~subtracted):
-                m.d.sync += self.all_sent[i].eq(0)
+                m.d.sync += [count.eq(up), self.all_sent[i].eq(0)]
             with m.Elif(subtracted & ~added):
-                m.d.sync += self.all_sent[i].eq(count == 1)
+                m.d.sync += [count.eq(down), self.all_sent[i].eq(count == 1)]
         return m
