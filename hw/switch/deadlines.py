@@ -24,9 +24,11 @@ same messages before each frame as the golden model does.
 
 from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
+
+from ..ram import RegisterFIFO
 
 __all__ = ["Deadlines"]
 
@@ -34,7 +36,9 @@ __all__ = ["Deadlines"]
 class Deadlines(wiring.Component):
     """``Deadlines(*, jobs, message_slots)`` (module documentation)."""
 
-    DEPTH = 64          # frames between the arbiter and the monitor: the arbiter's 32, the match's 5, the parser's
+    # frames between the arbiter and the monitor: the arbiter's 32, the match's 5, the parser's (two more in the
+    # head's registers)
+    DEPTH = 64
     IDLE_MARGIN = 3     # clocks from a first beat's arrival to its stamp at the head of an empty FIFO (2), at most
 
     def __init__(self, *, jobs, message_slots):
@@ -64,12 +68,16 @@ class Deadlines(wiring.Component):
         k_bits = max(1, ceil_log2(K))
         now = Signal(32)
         m.d.sync += now.eq(now + 1)
-        m.submodules.arrivals = arrivals = SyncFIFOBuffered(width=32, depth=self.DEPTH)
+        # the stamps in distributed RAM (read without a clock), the head in registers behind it (a block
+        # RAM's output, 4.3 ns from its clock on the ECP5, would start ``due``'s path)
+        m.submodules.arrivals = arrivals = SyncFIFO(width=32, depth=self.DEPTH)
+        m.submodules.heads = heads = RegisterFIFO(width=32, depth=2)
         m.d.comb += [arrivals.w_en.eq(self.arrival), arrivals.w_data.eq(now),
-                     self.head.valid.eq(arrivals.r_rdy), self.head.payload.eq(arrivals.r_data),
-                     arrivals.r_en.eq(self.head.ready)]
+                     heads.w_data.eq(arrivals.r_data), heads.w_en.eq(arrivals.r_rdy), arrivals.r_en.eq(heads.w_rdy),
+                     self.head.valid.eq(heads.r_rdy), self.head.payload.eq(heads.r_data),
+                     heads.r_en.eq(self.head.ready)]
 
-        frontier = Mux(arrivals.r_rdy, arrivals.r_data, now - self.IDLE_MARGIN)
+        frontier = Mux(heads.r_rdy, heads.r_data, now - self.IDLE_MARGIN)
         due = Signal(J * K)
         for j in range(J):
             for k in range(K):
@@ -77,7 +85,7 @@ class Deadlines(wiring.Component):
                 m.d.comb += self.live[i].eq(self.lossy[j] & self.open[i])
                 m.d.sync += due[i].eq(self.live[i] & ((frontier - self.opened[i])[:32] >= self.deadline[j]))
         m.d.comb += self.due.eq(due & self.live)
-        m.d.sync += self.fresh.eq(arrivals.r_rdy & ~arrivals.r_en & ~self.changing & ~self.restarting)
+        m.d.sync += self.fresh.eq(heads.r_rdy & ~heads.r_en & ~self.changing & ~self.restarting)
 
         due_array = Array(self.due[i] for i in range(J * K))
         for j in reversed(range(J)):            # the first of the jobs, then of the job's window, wins

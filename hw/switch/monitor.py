@@ -137,10 +137,13 @@ class StatusMonitor(wiring.Component):
         self.packet_beats = -(-mtu // self.beat_bytes)
         self.connections_count = C = jobs * workers
         self.slots = S = jobs * message_slots * message_packets
-        # clocks of LOOKUP: two where the own bytes of the shortest RoCE frame (Ethernet, IPv4, UDP, BTH, ICRC:
-        # 58) span two beats or more (docs: "Aggregation", the monitor)
+        # Where the own bytes of the shortest RoCE frame (Ethernet, IPv4, UDP, BTH, ICRC: 58) span two beats or
+        # more, a frame of a connection leaves the monitor clocks to spare (docs: "Aggregation", the monitor):
+        # LOOKUP takes two clocks, and such a frame commits in a clock after its last beat (``registered_commit``)
         own_bytes = sum(header_bytes(t) for t in (ETH_HEADER, IPV4_HEADER, UDP_HEADER, BTH)) + ICRC_BYTES
-        self.lookup_clocks = 2 if own_bytes >= 2 * self.beat_bytes else 1
+        spare = own_bytes >= 2 * self.beat_bytes
+        self.lookup_clocks = 2 if spare else 1
+        self.registered_commit = spare
         self.frame_beats = frame_words(width, max_frame)
         self.ring_bits = ring_address_bits(self.frame_beats)
         self.Descriptor = descriptor_layout(workers=workers, jobs=jobs, message_slots=message_slots, slots=S,
@@ -308,6 +311,7 @@ class StatusMonitor(wiring.Component):
             "through": PSN_BITS, "advance": 1, "ahead": 1, "releases": 1, "oldest_message": range(J * K),
             "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
             "dup_same_length": 1,
+            "stateless": 1,     # a frame of no connection: forwarded, dropped or a request (no state to write)
         })
         look = Signal(Plan)
         plan = Signal(Plan)
@@ -437,7 +441,8 @@ class StatusMonitor(wiring.Component):
                      stateless_plan.spoofed.eq(taking.match.spoofed), stateless_plan.stray.eq(taking.match.stray),
                      stateless_plan.management.eq(taking.match.management),
                      stateless_plan.refused.eq(taking.match.refused),
-                     stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4))]
+                     stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4)),
+                     stateless_plan.stateless.eq(1)]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
         # any (the rare case, so it takes three more clocks: DUP_SEARCH tests each message slot, DUP_PICK
@@ -529,24 +534,34 @@ class StatusMonitor(wiring.Component):
         m.d.comb += [verdict.eq(beat.verdict.as_value()),
                      stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
 
-        # Byte counts at the commit, without adding up: whether the frame reaches ``total`` bytes with this
-        # beat is registered from the bytes before it as "reached already" and the one keep lane that
-        # would reach it (keep is contiguous), set when a header is taken and after every beat.
+        # Byte counts at the commit, without adding up: whether the frame reaches ``target`` bytes with this
+        # beat is registered as "reached already" and the one keep lane that would reach it (keep is
+        # contiguous), from the bytes still short of the target (``left``, 0 once reached): set from the next
+        # frame's target when its header is taken, and after each beat ``B`` bytes fewer (a payload beat is
+        # full but for the last, the parser's realigner), so that each is compared with constants only.
         marks_at_take, marks_after_beat = [], []
 
-        def reaches(name, total_of_next_frame, total):
-            reached, lanes = Signal(name=f"{name}_reached"), Signal(B, name=f"{name}_lane")
-
-            def marks(target, so_far):
-                return [reached.eq(so_far >= target), lanes.eq(Cat(*[target - so_far == i + 1 for i in range(B)]))]
-            marks_at_take.extend(marks(total_of_next_frame, 0))
-            marks_after_beat.extend(marks(total, stream_total))
+        def reaches(name, next_target, offset=0):
+            """The frame reaches its target with this beat; the next frame's target is ``next_target +
+            offset`` (``offset`` a constant, so that the lanes compare ``next_target`` itself)."""
+            reached = Signal(name=f"{name}_reached")
+            lanes = Signal(B, name=f"{name}_lane")
+            left = Signal(17, name=f"{name}_left")
+            marks_at_take.extend([
+                left.eq(next_target + offset),
+                reached.eq(next_target == 0 if offset == 0 else 0),
+                lanes.eq(Cat(*[next_target == i + 1 - offset for i in range(B)])),
+            ])
+            marks_after_beat.extend([
+                left.eq(Mux(left > B, left - B, 0)),
+                reached.eq(reached | (left <= B)),
+                lanes.eq(Cat(*[left == B + i + 1 for i in range(B)])),
+            ])
             return reached | (beat.keep & lanes).any()
 
         next_length = self.frames.payload.header.payload_len
-        too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
-        ends_at_length = (reaches("at_length", next_length, length)
-                          & ~reaches("past_length", next_length + 1, length + 1))
+        too_long = reaches("over_max_frame", Const(self.max_frame + 1, 17))
+        ends_at_length = reaches("at_length", next_length) & ~reaches("past_length", next_length, offset=1)
         for wb in range(max(1, WINDOW_BYTES // B)):
             with m.If(beat_index == wb):
                 m.d.comb += window_now[wb * W:wb * W + min(W, 8 * WINDOW_BYTES)].eq(beat.data)
@@ -581,7 +596,7 @@ class StatusMonitor(wiring.Component):
 
         agg_beat_ok = Cat(*[(beat.data[8 * lane:8 * lane + 8] == agg_expect[8 * lane:8 * lane + 8]) | ~agg_lanes[lane]
                             for lane in range(B)]).all()
-        agg_ok = reaches("aggregation_header", 16, 16) & agg_so_far & agg_beat_ok
+        agg_ok = reaches("aggregation_header", Const(16, 17)) & agg_so_far & agg_beat_ok
         # a control request (the rare case: checked in clocks of its own, CONTROL_PARSE, CONTROL_CHECK, CONTROL,
         # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
         # ``results``: a RESULT_REQUEST (a bounded-loss receiver asks for message ``value`` again), else a
@@ -630,6 +645,15 @@ class StatusMonitor(wiring.Component):
             agent_ready = Const(1)
 
         bad = h.roce & ~(verdict[0] & ((h.ip_version != 4) | verdict[1]))
+        # What the last beat settles of a frame (``Facts``): with the beat on the parser's output as the last
+        # (``beat_facts``), and as registered at the last beat taken (``last_facts``: for the states that
+        # decide after it, ``COMMIT``, ``CONTROL``, ``MANAGEMENT``, ``LOSSY``).
+        Facts = data.StructLayout({"bad": 1, "icrc_ok": 1, "oversize": 1, "agg_ok": 1, "ends": 1})
+        beat_facts = Signal(Facts)
+        last_facts = Signal(Facts)
+        m.d.comb += [beat_facts.bad.eq(bad), beat_facts.icrc_ok.eq(verdict[0]),
+                     beat_facts.oversize.eq(oversize | too_long), beat_facts.agg_ok.eq(agg_ok),
+                     beat_facts.ends.eq(ends_at_length)]
         R = {name: i for i, name in enumerate(COUNTERS)}
 
         # The decision. Everything the last beat settles (the verdicts, the size, whether the aggregation
@@ -697,25 +721,30 @@ class StatusMonitor(wiring.Component):
         lossy_go = Signal()
         lossy_reason = Signal(range(len(COUNTERS)))
         intended = Signal(Outcome)
+        last_outcome = Signal(Outcome)      # ``intended`` at the last beat, for COMMIT
         m.d.comb += intended.eq(Mux(managing, Outcome.MANAGE,
                                     Mux(checking, Mux(request.results, Outcome.RESULT_REQUEST, Outcome.CREDIT),
                                         Mux(lossy_committing, Outcome.LOSSY, by_facts[0b11][0]))))
-        # What each outcome needs of the last beat. A duplicate's and a contribution's payload ends at its
-        # length, which is at most the MTU and so within ``max_frame``: for them the size needs no check.
-        size_ok = ~oversize & ~too_long
-        needs = {
-            "FORWARD": ~bad & size_ok, "FORWARD_GAP": ~bad & size_ok, "ACK": ~bad & size_ok,
-            "DUPLICATE": ~bad & ends_at_length,
-            "CONTRIBUTE": ~bad & ends_at_length & (agg_ok | ~plan.first),
-            "CREDIT": request_valid & ~oversize,
-            "MANAGE": management_ok & ~oversize,
-            "RESULT_REQUEST": request_valid & ~oversize,
-            "LOSSY": lossy_committing & lossy_go,
-        }
+        def needs(kind, facts):
+            """What outcome ``kind`` needs of the last beat (its ``facts``). A duplicate's and a contribution's
+            payload ends at its length, which is at most the MTU and so within ``max_frame``: for them the size
+            needs no check. A control or management request's and a bounded-loss contribution's are decided
+            in clocks of their own."""
+            return {
+                "FORWARD": ~facts.bad & ~facts.oversize, "FORWARD_GAP": ~facts.bad & ~facts.oversize,
+                "ACK": ~facts.bad & ~facts.oversize,
+                "DUPLICATE": ~facts.bad & facts.ends,
+                "CONTRIBUTE": ~facts.bad & facts.ends & (facts.agg_ok | ~plan.first),
+                "CREDIT": request_valid & ~oversize,
+                "MANAGE": management_ok & ~oversize,
+                "RESULT_REQUEST": request_valid & ~oversize,
+                "LOSSY": lossy_committing & lossy_go,
+            }[kind]
 
-        def happens(*kinds):
-            """The frame being committed has one of these outcomes."""
-            return Cat(*[(intended == Outcome[kind]) & needs[kind] for kind in kinds]).any()
+        def happens(*kinds, facts=last_facts, outcome=intended):
+            """The frame being committed (``outcome`` intended, ``facts`` of its last beat) has one of these
+            outcomes."""
+            return Cat(*[(outcome == Outcome[kind]) & needs(kind, facts) for kind in kinds]).any()
 
         # The reason each frame is counted under, a clock after its commit, from what the commit registered.
         Settled = data.StructLayout({"lossy": 1, "lossy_reason": range(len(COUNTERS)), "results": 1,
@@ -724,18 +753,18 @@ class StatusMonitor(wiring.Component):
                                      "facts": 2, "reasons": 4 * len(by_facts[0][1])})
         settled = Signal(Settled)
         settling = Signal()
-        settled_now = Signal(Settled)
-        m.d.comb += [
-            settled_now.lossy.eq(lossy_committing), settled_now.lossy_reason.eq(lossy_reason),
-            settled_now.results.eq(request.results),
-            settled_now.checking.eq(checking), settled_now.request_valid.eq(request_valid),
-            settled_now.managing.eq(managing), settled_now.management_ok.eq(management_ok),
-            settled_now.bad.eq(bad), settled_now.icrc_ok.eq(verdict[0]),
-            # CONTROL and MANAGEMENT: all registered
-            settled_now.oversize.eq(Mux(checking | managing, oversize, oversize | too_long)),
-            settled_now.facts.eq(Cat(ends_at_length, agg_ok)),
-            settled_now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
-        ]
+        def settled_by(facts):
+            """What the counter of the frame committed with ``facts`` is chosen from."""
+            now = Signal(Settled, name="settled_now")
+            m.d.comb += [
+                now.lossy.eq(lossy_committing), now.lossy_reason.eq(lossy_reason), now.results.eq(request.results),
+                now.checking.eq(checking), now.request_valid.eq(request_valid),
+                now.managing.eq(managing), now.management_ok.eq(management_ok),
+                now.bad.eq(facts.bad), now.icrc_ok.eq(facts.icrc_ok), now.oversize.eq(facts.oversize),
+                now.facts.eq(Cat(facts.ends, facts.agg_ok)),
+                now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
+            ]
+            return now
         reason_bits = len(by_facts[0][1])
         drop_reason = Signal(range(len(COUNTERS)))
         with m.If(settled.lossy):
@@ -767,7 +796,11 @@ class StatusMonitor(wiring.Component):
 
         # What a commit writes into the queues and the header store comes from the plan alone (``intended``)
         shifted = Signal(ParsedHeader)
-        own_bytes = window_now[:8 * OWN_BYTES]
+        # (the frame's own bytes and beats so far: with the beat on the parser's output as the last, or in
+        # COMMIT, as registered)
+        own_bytes = Signal(8 * OWN_BYTES)
+        forward_beats = Signal(range(frame_beats + 2))
+        m.d.comb += [own_bytes.eq(window_now[:8 * OWN_BYTES]), forward_beats.eq(beat_index + 1)]
         m.d.comb += [
             shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
             headers.w_data.eq(Mux(intended == Outcome.FORWARD_GAP, shifted, h)),
@@ -778,7 +811,7 @@ class StatusMonitor(wiring.Component):
         ]
         with m.Switch(intended):
             with m.Case(Outcome.FORWARD, Outcome.FORWARD_GAP, Outcome.ACK):
-                m.d.comb += [new_descriptor.kind.eq(FORWARD), new_descriptor.beats.eq(beat_index + 1)]
+                m.d.comb += [new_descriptor.kind.eq(FORWARD), new_descriptor.beats.eq(forward_beats)]
             with m.Case(Outcome.DUPLICATE):
                 m.d.comb += [new_descriptor.kind.eq(DUPLICATE), new_descriptor.rslot.eq(plan.dup_rslot),
                              new_descriptor.index0.eq(plan.dup_index0), new_descriptor.beats.eq(packet_beats),
@@ -801,8 +834,6 @@ class StatusMonitor(wiring.Component):
         # commits. A RESULT_REQUEST probes its message in RR_READ and is answered in RR_APPLY. A completion
         # (the bitmap full at a contribution, or a deadline found in EXPIRE) is applied in COMPLETE, and the
         # job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE, with their CREDITs.
-        LossyFacts = data.StructLayout({"bad": 1, "icrc_ok": 1, "oversize": 1, "agg_ok": 1, "ends": 1})
-        lossy_facts = Signal(LossyFacts)
         Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
                                    "in_window": 1, "length_match": 1, "length": 16, "opens": K})
         probe_job = Signal(job_bits)
@@ -875,11 +906,11 @@ class StatusMonitor(wiring.Component):
                     new_descriptor.template.eq(template)]
 
         # the decision of a contribution (LOSSY), in the model's order of checks
-        with m.If(lossy_facts.bad):
-            m.d.comb += lossy_reason.eq(Mux(lossy_facts.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
-        with m.Elif(lossy_facts.oversize):
+        with m.If(last_facts.bad):
+            m.d.comb += lossy_reason.eq(Mux(last_facts.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
+        with m.Elif(last_facts.oversize):
             m.d.comb += lossy_reason.eq(R["drop_oversize"])
-        with m.Elif(~lossy_facts.agg_ok):
+        with m.Elif(~last_facts.agg_ok):
             m.d.comb += lossy_reason.eq(R["drop_bad_header"])
         with m.Elif(probe.held & probe.bit):
             m.d.comb += lossy_reason.eq(R["duplicates_dropped"])
@@ -889,7 +920,7 @@ class StatusMonitor(wiring.Component):
             m.d.comb += lossy_reason.eq(R["late"])
         with m.Elif(~probe.held & ~probe.in_window):
             m.d.comb += lossy_reason.eq(R["drop_no_credit"])
-        with m.Elif(~plan.length_ok | ~lossy_facts.ends | (probe.held & ~probe.length_match)):
+        with m.Elif(~plan.length_ok | ~last_facts.ends | (probe.held & ~probe.length_match)):
             m.d.comb += lossy_reason.eq(R["drop_bad_length"])
         with m.Else():
             m.d.comb += [lossy_reason.eq(R["aggregated"]), lossy_go.eq(1)]
@@ -974,70 +1005,80 @@ class StatusMonitor(wiring.Component):
                     m.d.comb += own_psn[jj][v].eq(Mux(plan.worker == v, psn,
                                                       firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index))
 
-            def commit(ring_written):
-                """Apply the outcome of the frame (on its last beat, or in CONTROL), then go on."""
+            def commit(ring_written, facts, outcome, outcomes=tuple(Outcome.__members__)):
+                """Apply the outcome of the frame, then go on: its ``outcome`` intended, the ``facts`` of its
+                last beat; ``outcomes``: those the frame can have where this is called (the others' logic is
+                left out)."""
+                def happens_here(*kinds):
+                    kinds = [kind for kind in kinds if kind in outcomes]
+                    return happens(*kinds, facts=facts, outcome=outcome) if kinds else Const(0)
+
+                def intends(kind):
+                    return outcome == Outcome[kind] if kind in outcomes else Const(0)
                 count("frames_in")
-                m.d.sync += [settling.eq(1), settled.eq(settled_now), release_allowed.eq(needs["ACK"])]
-                with m.If(happens("FORWARD", "FORWARD_GAP", "ACK")):
+                m.d.sync += [settling.eq(1), settled.eq(settled_by(facts)),
+                             release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
+                with m.If(happens_here("FORWARD", "FORWARD_GAP", "ACK")):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
                     m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
                 with m.Else():
                     m.d.sync += ring_cursor.eq(ring_committed)
-                with m.If(happens("DUPLICATE")):
+                with m.If(happens_here("DUPLICATE")):
                     m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
-                with m.If(happens("CREDIT")):
+                with m.If(happens_here("CREDIT")):
                     m.d.comb += descriptors.w_en.eq(1)
                     count("credits_sent")
                 if self.management is not None:
-                    with m.If(happens("MANAGE")):
+                    with m.If(happens_here("MANAGE")):
                         m.d.comb += self.management_request.valid.eq(1)
-                with m.If(happens("ACK")):
+                with m.If(happens_here("ACK")):
                     count("acks_seen")
                     with m.If(plan.advance):
                         write_at(delivered, plan.conn, plan.through)
                     with m.If(plan.ahead):
                         count("acks_ahead")
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
-                with m.If((intended == Outcome.ACK) & releases):
+                with m.If(intends("ACK") & releases):
                     m.next = "RELEASE_READ"
-                with m.Elif(happens("RESULT_REQUEST")):
+                with m.Elif(happens_here("RESULT_REQUEST")):
                     m.next = "RR_READ"
-                with m.Elif(intended == Outcome.LOSSY):
+                with m.Elif(intends("LOSSY")):
                     # the next header in this clock unless the contribution opens messages (new deadlines,
                     # which ``due`` must see first) or fills its message (COMPLETE follows)
                     m.next = "IDLE"
-                    with m.If(~happens("LOSSY") | (probe.held & ~lossy_full)):
+                    with m.If(~happens_here("LOSSY") | (probe.held & ~lossy_full)):
                         take_header()
                 with m.Else():
                     m.next = "IDLE"
                     take_header()
-                with m.If(happens("CONTRIBUTE")):
-                    c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
-                    entry = (j * K + k) * N + w
-                    write_at(pk_bitmap, slot, bitmap)
-                    write_at(pk_len, slot, length)
-                    write_at(expected, c, expected[c] + 1)
-                    m.d.comb += hs_w.en.eq(1)
-                    with m.If(plan.first):
-                        for array, index, value in ((msg_busy, j * K + k, 1), (msg_seq, j * K + k, next_seq[c]),
-                                                    (wk_started, entry, 1), (wk_closed, entry, 0),
-                                                    (wk_first, entry, psn), (cur_first, c, psn), (in_msg, c, 1),
-                                                    (cur_k, c, k)):
-                            write_at(array, index, value)
-                    with m.If(plan.last):
-                        for array, index, value in ((wk_closed, entry, 1), (wk_count, entry, plan.index + 1),
-                                                    (wk_last, entry, psn), (in_msg, c, 0),
-                                                    (next_seq, c, next_seq[c] + 1), (next_k, c, next_k[c] + 1)):
-                            write_at(array, index, value)
-                    with m.If(full):
-                        # each worker's result carries its own PSN of this packet slot: its connection's sent
-                        for jj in range(J):
-                            with m.If(j == jj):
-                                for v in range(N):
-                                    m.d.sync += sent[jj * N + v].eq(own_psn[jj][v])
-                        write_at(pk_ready, slot, 1)
-                        count("results_sent", job_n[j])
-                        m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
+                if "CONTRIBUTE" in outcomes:
+                    with m.If(happens_here("CONTRIBUTE")):
+                        c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
+                        entry = (j * K + k) * N + w
+                        write_at(pk_bitmap, slot, bitmap)
+                        write_at(pk_len, slot, length)
+                        write_at(expected, c, expected[c] + 1)
+                        m.d.comb += hs_w.en.eq(1)
+                        with m.If(plan.first):
+                            for array, index, value in ((msg_busy, j * K + k, 1), (msg_seq, j * K + k, next_seq[c]),
+                                                        (wk_started, entry, 1), (wk_closed, entry, 0),
+                                                        (wk_first, entry, psn), (cur_first, c, psn), (in_msg, c, 1),
+                                                        (cur_k, c, k)):
+                                write_at(array, index, value)
+                        with m.If(plan.last):
+                            for array, index, value in ((wk_closed, entry, 1), (wk_count, entry, plan.index + 1),
+                                                        (wk_last, entry, psn), (in_msg, c, 0),
+                                                        (next_seq, c, next_seq[c] + 1), (next_k, c, next_k[c] + 1)):
+                                write_at(array, index, value)
+                        with m.If(full):
+                            # each worker's result carries its own PSN of this packet slot: its connection's sent
+                            for jj in range(J):
+                                with m.If(j == jj):
+                                    for v in range(N):
+                                        m.d.sync += sent[jj * N + v].eq(own_psn[jj][v])
+                            write_at(pk_ready, slot, 1)
+                            count("results_sent", job_n[j])
+                            m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
 
             with m.State("IDLE"):
                 take_header()
@@ -1051,11 +1092,11 @@ class StatusMonitor(wiring.Component):
             with m.State("CONTROL"):
                 m.d.comb += checking.eq(1)
                 with m.If(room):
-                    commit(0)
+                    commit(0, last_facts, intended, ("CREDIT", "RESULT_REQUEST"))
             with m.State("MANAGEMENT"):
                 m.d.comb += managing.eq(1)
                 with m.If(room & agent_ready):
-                    commit(0)
+                    commit(0, last_facts, intended, ("MANAGE",))
             if read_first:
                 with m.State("LOOKUP_READ"):
                     m.d.sync += view.eq(view_now)
@@ -1103,18 +1144,29 @@ class StatusMonitor(wiring.Component):
                     m.d.sync += held_word.eq(beat.data)
                     with m.If(at_key):
                         m.d.sync += [lossy_k.eq(key_k), lossy_write_ok.eq(bank_free(key_k))]
+                    with m.If(beat.last):
+                        m.d.sync += [last_facts.eq(beat_facts), last_outcome.eq(intended)]
                     with m.If(beat.last & plan.control):
                         m.next = "CONTROL_PARSE"
                     with m.Elif(beat.last & plan.management):
                         m.next = "MANAGEMENT"
                     with m.Elif(beat.last & lossy_writing):
                         m.next = "LOSSY_READ"
-                        m.d.sync += [lossy_facts.bad.eq(bad), lossy_facts.icrc_ok.eq(verdict[0]),
-                                     lossy_facts.oversize.eq(oversize | too_long), lossy_facts.agg_ok.eq(agg_ok),
-                                     lossy_facts.ends.eq(ends_at_length),
-                                     *probe_for(plan.job, big_endian(window_now, _MSG_SEQ_BYTE - 3, 4), plan.worker)]
+                        m.d.sync += probe_for(plan.job, big_endian(window_now, _MSG_SEQ_BYTE - 3, 4), plan.worker)
                     with m.Elif(beat.last):
-                        commit(ring_written)
+                        if self.registered_commit:
+                            with m.If(plan.stateless):
+                                commit(ring_written, beat_facts, intended, ("FORWARD",))
+                            with m.Else():
+                                m.next = "COMMIT"
+                        else:
+                            commit(ring_written, beat_facts, intended)
+            if self.registered_commit:
+                with m.State("COMMIT"):
+                    # a frame of a connection, a clock after its last beat (in the ring already): what it
+                    # does from registers, the plan, its facts and its outcome
+                    m.d.comb += [own_bytes.eq(window[:8 * OWN_BYTES]), forward_beats.eq(beat_index)]
+                    commit(0, last_facts, last_outcome)
             with m.State("LOSSY_READ"):
                 m.d.sync += probe.eq(probe_now)
                 if lossy_delay:         # the last beat, a beat late
@@ -1124,7 +1176,7 @@ class StatusMonitor(wiring.Component):
             with m.State("LOSSY"):
                 with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
                     m.d.comb += lossy_committing.eq(1)
-                    commit(0)
+                    commit(0, last_facts, intended, ("LOSSY",))
                 with m.If(happens("LOSSY") & ~probe.held):     # the message opens (and the window's before it)
                     m.d.comb += lossy_changing.eq(1)
                     open_messages(plan.job)
