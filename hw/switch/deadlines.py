@@ -77,7 +77,10 @@ class Deadlines(wiring.Component):
                      self.head.valid.eq(heads.r_rdy), self.head.payload.eq(heads.r_data),
                      heads.r_en.eq(self.head.ready)]
 
-        frontier = Mux(heads.r_rdy, heads.r_data, now - self.IDLE_MARGIN)
+        # (``now - IDLE_MARGIN`` counted beside ``now``, so that no subtraction precedes the frontier's)
+        idle_frontier = Signal(32, init=-self.IDLE_MARGIN % (1 << 32))
+        m.d.sync += idle_frontier.eq(idle_frontier + 1)
+        frontier = Mux(heads.r_rdy, heads.r_data, idle_frontier)
         due = Signal(J * K)
         for j in range(J):
             for k in range(K):

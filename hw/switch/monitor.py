@@ -19,8 +19,8 @@ and where the monitor goes next come from the plan alone; the last beat's facts 
 counts as registered marks, the aggregation header) only say whether it happens, so they reach nothing but
 the write enables of state, bitmap, header store (``store_write``), ``descriptors`` and ``sum_requests``. The
 next header is taken in the same clock; counters (``increments``) add two clocks later. Rare cases take
-clocks of their own: ``DUP_SEARCH``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that
-has its PSN), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
+clocks of their own: ``DUP_SEARCH``, ``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held
+message that has its PSN), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
 ``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and handed on
 ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and
 ``RELEASE`` (after an ACK that makes the oldest message delivered: frees the job's delivered messages, three
@@ -445,18 +445,26 @@ class StatusMonitor(wiring.Component):
                      stateless_plan.stateless.eq(1)]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
-        # any (the rare case, so it takes three more clocks: DUP_SEARCH tests each message slot, DUP_PICK
-        # takes the first that holds the PSN, DUP_READ reads its packet slot)
+        # any (the rare case, so it takes four more clocks: DUP_SEARCH reads each message slot's part of the
+        # worker, DUP_TEST tests them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet
+        # slot)
+        # (DUP_SEARCH registers each message slot's part of the worker: its PSN offset, and whether it is
+        # held, started and closed, with its count; DUP_TEST tests them)
+        DupPart = data.StructLayout({"offset": PSN_BITS, "held": 1, "closed": 1, "count": ceil_log2(M + 1)})
         DupTest = data.StructLayout({"held": 1, "index0": 1, "index": m_bits})
+        dup_parts_now = Signal(data.ArrayLayout(DupPart, K))
+        dup_parts = Signal(data.ArrayLayout(DupPart, K))
         dup_tests_now = Signal(data.ArrayLayout(DupTest, K))
         dup_tests = Signal(data.ArrayLayout(DupTest, K))
         for k in range(K):
             entry = (plan.job * K + k) * N + plan.worker
-            offset = Signal(PSN_BITS, name=f"dup_offset_{k}")
+            part, offset = dup_parts[k], dup_parts[k].offset
             m.d.comb += [
-                offset.eq(psn - wk_first[entry]),
-                dup_tests_now[k].held.eq(msg_busy[plan.job * K + k] & wk_started[entry] & (offset < _HALF)
-                                         & Mux(wk_closed[entry], offset < wk_count[entry], 1) & (offset < M)),
+                dup_parts_now[k].offset.eq(psn - wk_first[entry]),
+                dup_parts_now[k].held.eq(msg_busy[plan.job * K + k] & wk_started[entry]),
+                dup_parts_now[k].closed.eq(wk_closed[entry]), dup_parts_now[k].count.eq(wk_count[entry]),
+                dup_tests_now[k].held.eq(part.held & (offset < _HALF) & Mux(part.closed, offset < part.count, 1)
+                                         & (offset < M)),
                 dup_tests_now[k].index0.eq(offset == 0),
                 dup_tests_now[k].index.eq(offset[:m_bits]),
             ]
@@ -534,37 +542,31 @@ class StatusMonitor(wiring.Component):
         m.d.comb += [verdict.eq(beat.verdict.as_value()),
                      stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
 
-        # Byte counts at the commit, without adding up: whether the frame reaches ``target`` bytes with this
-        # beat is registered as "reached already" and the one keep lane that would reach it (keep is
-        # contiguous), from the bytes still short of the target (``left``, 0 once reached): set from the next
-        # frame's target when its header is taken, and after each beat ``B`` bytes fewer (a payload beat is
-        # full but for the last, the parser's realigner), so that each is compared with constants only.
+        # Byte counts at the commit, without adding up: whether the frame reaches ``total`` bytes with this
+        # beat is registered from the bytes before it as "reached already" and the one keep lane that
+        # would reach it (keep is contiguous), set when a header is taken and after every beat.
         marks_at_take, marks_after_beat = [], []
 
-        def reaches(name, next_target, offset=0):
-            """The frame reaches its target with this beat; the next frame's target is ``next_target +
-            offset`` (``offset`` a constant, so that the lanes compare ``next_target`` itself)."""
-            reached = Signal(name=f"{name}_reached")
-            lanes = Signal(B, name=f"{name}_lane")
-            left = Signal(17, name=f"{name}_left")
-            marks_at_take.extend([
-                left.eq(next_target + offset),
-                reached.eq(next_target == 0 if offset == 0 else 0),
-                lanes.eq(Cat(*[next_target == i + 1 - offset for i in range(B)])),
-            ])
-            marks_after_beat.extend([
-                left.eq(Mux(left > B, left - B, 0)),
-                reached.eq(reached | (left <= B)),
-                lanes.eq(Cat(*[left == B + i + 1 for i in range(B)])),
-            ])
+        def reaches(name, total_of_next_frame, total):
+            reached, lanes = Signal(name=f"{name}_reached"), Signal(B, name=f"{name}_lane")
+
+            def marks(target, so_far):
+                return [reached.eq(so_far >= target), lanes.eq(Cat(*[target - so_far == i + 1 for i in range(B)]))]
+            marks_at_take.extend(marks(total_of_next_frame, 0))
+            marks_after_beat.extend(marks(total, stream_total))
             return reached | (beat.keep & lanes).any()
 
         next_length = self.frames.payload.header.payload_len
-        too_long = reaches("over_max_frame", Const(self.max_frame + 1, 17))
-        ends_at_length = reaches("at_length", next_length) & ~reaches("past_length", next_length, offset=1)
+        too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
+        ends_at_length = (reaches("at_length", next_length, length)
+                          & ~reaches("past_length", next_length + 1, length + 1))
+        # (the first beat clears the bytes after it: the window is not cleared when a header is taken, so
+        # that taking one loads fewer registers)
         for wb in range(max(1, WINDOW_BYTES // B)):
             with m.If(beat_index == wb):
                 m.d.comb += window_now[wb * W:wb * W + min(W, 8 * WINDOW_BYTES)].eq(beat.data)
+                if wb == 0 and W < 8 * WINDOW_BYTES:
+                    m.d.comb += window_now[W:].eq(0)
 
         # --- monitor: the outcome at the commit ------------------------------------------------------------------
         # The aggregation header is checked lane by lane as its bytes pass, against the bytes expected at
@@ -596,7 +598,7 @@ class StatusMonitor(wiring.Component):
 
         agg_beat_ok = Cat(*[(beat.data[8 * lane:8 * lane + 8] == agg_expect[8 * lane:8 * lane + 8]) | ~agg_lanes[lane]
                             for lane in range(B)]).all()
-        agg_ok = reaches("aggregation_header", Const(16, 17)) & agg_so_far & agg_beat_ok
+        agg_ok = reaches("aggregation_header", 16, 16) & agg_so_far & agg_beat_ok
         # a control request (the rare case: checked in clocks of its own, CONTROL_PARSE, CONTROL_CHECK, CONTROL,
         # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
         # ``results``: a RESULT_REQUEST (a bounded-loss receiver asks for message ``value`` again), else a
@@ -861,15 +863,30 @@ class StatusMonitor(wiring.Component):
             probe_now.length_match.eq((pk_bitmap[probe_slot] == 0) | (pk_len[probe_slot] == length)),
             probe_now.length.eq(pk_len[probe_slot]),
         ]
-        # opening message ``seq`` opens every message of the window up to it that its slot does not hold
+        # opening message ``seq`` opens every message of the window up to it that its slot does not hold.
+        # Slot k's message of the window, ``oldest + position``, is k modulo K (K a power of two): its upper
+        # bits are the oldest's, plus one (modulo 2^32) where k is below the oldest's slot; both compared side
+        # by side.
+        oldest_high = probe_oldest[k_bits:]
+        high_same = Signal(K, name="probe_high_same")
+        high_next = Signal(K, name="probe_high_next")
+        for k in range(K):
+            seq_high = msg_seq[probe_job * K + k][k_bits:]
+            m.d.comb += [high_same[k].eq(seq_high == oldest_high),
+                         high_next[k].eq(seq_high == (oldest_high + 1)[:32 - k_bits])]
         for k in range(K):
             position = Signal(k_bits, name=f"probe_position_{k}")
             m.d.comb += position.eq(k - probe_oldest[:k_bits])
             message = probe_job * K + k
+            if K == 1 << k_bits:
+                holds_window_message = (msg_seq[message][:k_bits] == k) & Mux(k < probe_oldest[:k_bits],
+                                                                             high_next[k], high_same[k])
+            else:       # (one message slot: no bounded-loss job)
+                holds_window_message = msg_seq[message] == probe_oldest + position
             # (``position <= probe_distance``, position < K: no 32-bit comparison after the subtraction)
             up_to = (probe_distance[k_bits:] != 0) | (position <= probe_distance[:k_bits])
             m.d.comb += probe_now.opens[k].eq((position < W_lossy) & up_to
-                                              & ~(msg_busy[message] & (msg_seq[message] == probe_oldest + position)))
+                                              & ~(msg_busy[message] & holds_window_message))
 
         def open_messages(job):
             """Open the messages of ``probe.opens`` of ``job`` (a register) at the arrival of the frame."""
@@ -984,7 +1001,7 @@ class StatusMonitor(wiring.Component):
                     taken_header = self.frames.payload
                     m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                                  beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                                 oversize.eq(0), window.eq(0), lossy_write_ok.eq(0),
+                                 oversize.eq(0), lossy_write_ok.eq(0),
                                  h_arrival.eq(deadlines.head.payload)]
                     m.d.comb += deadlines.head.ready.eq(1)
                     # a frame of no connection (not RoCE, RoCE of no registered connection, a control
@@ -1108,6 +1125,9 @@ class StatusMonitor(wiring.Component):
                 with m.Else():
                     m.next = "STREAM"
             with m.State("DUP_SEARCH"):
+                m.d.sync += dup_parts.eq(dup_parts_now)
+                m.next = "DUP_TEST"
+            with m.State("DUP_TEST"):
                 m.d.sync += dup_tests.eq(dup_tests_now)
                 m.next = "DUP_PICK"
             with m.State("DUP_PICK"):
