@@ -12,25 +12,27 @@ per-connection, per-message and per-packet-slot state, one frame at a time:
 ``IDLE`` takes a header; ``LOOKUP`` plans the frame from the header, its match and the connection and slot
 state (registered; at 64 bits the connection's state is read into a registered view a clock before, in
 ``LOOKUP_READ``; a frame of no connection skips both, its plan being its match); ``STREAM`` takes the payload
-at one beat per clock into the packet ring (``ring_write``: frames that go on) or into the worker's bank of
-the slot memory (``slot_write``: contributions), checks the aggregation header lane by lane as it passes and
-keeps the first 64 bytes. The last beat commits in its own clock. What the commit would do (``intended``)
-and where the monitor goes next come from the plan alone; the last beat's facts (verdicts, size, the byte
-counts as registered marks, the aggregation header) only say whether it happens, so they reach nothing but
-the write enables of state, bitmap, header store (``store_write``), ``descriptors`` and ``sum_requests``. The
-next header is taken in the same clock; counters (``increments``) add two clocks later. Rare cases take
-clocks of their own: ``DUP_SEARCH``, ``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held
-message that has its PSN), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request),
-``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and handed on
-``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and
-``RELEASE`` (after an ACK that makes the oldest message delivered: frees the job's delivered messages, three
-clocks each, and queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a
-contribution streams into the bank of the message slot its payload's ``msg_seq`` names and is decided after its
-last beat in ``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a
-message whose deadline has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE``
-completes one (masked sum, results), and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its
-credits. Writes before the commit are speculative: the packet ring rolls back, and a bank word is written only
-where the worker's bit is clear.
+at one beat per clock into the packet ring (``ring_write``: frames that go on) or into the worker's bank of the
+slot memory (``slot_write``: contributions), checks the aggregation header lane by lane as it passes and keeps
+the first 64 bytes. The frame commits with its last beat; at 64 bits a frame of a connection commits in
+``COMMIT``, the clock after it, from the last beat's facts and intended outcome registered (``last_facts``,
+``last_outcome``). What the commit would do (``intended``) and where the monitor goes next come from the plan
+alone; the last beat's facts (verdicts, size, the byte counts as registered marks, the aggregation header) only
+say whether it happens, so they reach nothing but the write enables of state, bitmap, header store
+(``store_write``), ``descriptors`` and ``sum_requests``. The next header is taken in the commit's clock;
+counters (``increments``) add two clocks later. Rare cases take clocks of their own: ``DUP_SEARCH``,
+``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
+``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
+management request from the manager, with a ``management`` address: checked and handed on
+``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
+(after an ACK that makes the oldest message delivered: frees the job's delivered messages, three clocks each,
+and queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a contribution streams
+into the bank of the message slot its payload's ``msg_seq`` names and is decided after its last beat in
+``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message
+whose deadline has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one
+(masked sum, results), and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes
+before the commit are speculative: the packet ring rolls back, and a bank word is written only where the
+worker's bit is clear.
 
 Out of the monitor, in commit order: ``descriptors`` and ``headers`` to ``emitter.Emitter``, ``sum_requests``
 to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) to the emitter,
