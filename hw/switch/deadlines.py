@@ -39,7 +39,7 @@ class Deadlines(wiring.Component):
     # frames between the arbiter and the monitor: the arbiter's 32, the match's 5, the parser's (two more in the
     # head's registers)
     DEPTH = 64
-    IDLE_MARGIN = 3     # clocks from a first beat's arrival to its stamp at the head of an empty FIFO (2), at most
+    IDLE_MARGIN = 3     # at least the clocks from a first beat's arrival to its stamp at the head (2)
 
     def __init__(self, *, jobs, message_slots):
         self.jobs_count, self.message_slots = jobs, message_slots

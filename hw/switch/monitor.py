@@ -447,11 +447,9 @@ class StatusMonitor(wiring.Component):
                      stateless_plan.stateless.eq(1)]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
-        # any (the rare case, so it takes four more clocks: DUP_SEARCH reads each message slot's part of the
-        # worker, DUP_TEST tests them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet
-        # slot)
-        # (DUP_SEARCH registers each message slot's part of the worker: its PSN offset, and whether it is
-        # held, started and closed, with its count; DUP_TEST tests them)
+        # any (the rare case, so it takes four more clocks: DUP_SEARCH registers each message slot's part of
+        # the worker, its PSN offset, whether it is held and started, closed, and its count; DUP_TEST tests
+        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot)
         DupPart = data.StructLayout({"offset": PSN_BITS, "held": 1, "closed": 1, "count": ceil_log2(M + 1)})
         DupTest = data.StructLayout({"held": 1, "index0": 1, "index": m_bits})
         dup_parts_now = Signal(data.ArrayLayout(DupPart, K))
@@ -739,9 +737,9 @@ class StatusMonitor(wiring.Component):
                 "ACK": ~facts.bad & ~facts.oversize,
                 "DUPLICATE": ~facts.bad & facts.ends,
                 "CONTRIBUTE": ~facts.bad & facts.ends & (facts.agg_ok | ~plan.first),
-                "CREDIT": request_valid & ~oversize,
-                "MANAGE": management_ok & ~oversize,
-                "RESULT_REQUEST": request_valid & ~oversize,
+                "CREDIT": request_valid & ~facts.oversize,
+                "MANAGE": management_ok & ~facts.oversize,
+                "RESULT_REQUEST": request_valid & ~facts.oversize,
                 "LOSSY": lossy_committing & lossy_go,
             }[kind]
 
@@ -757,9 +755,10 @@ class StatusMonitor(wiring.Component):
                                      "facts": 2, "reasons": 4 * len(by_facts[0][1])})
         settled = Signal(Settled)
         settling = Signal()
-        def settled_by(facts):
+
+        def settled_by(facts, name):
             """What the counter of the frame committed with ``facts`` is chosen from."""
-            now = Signal(Settled, name="settled_now")
+            now = Signal(Settled, name=name)
             m.d.comb += [
                 now.lossy.eq(lossy_committing), now.lossy_reason.eq(lossy_reason), now.results.eq(request.results),
                 now.checking.eq(checking), now.request_valid.eq(request_valid),
@@ -769,6 +768,9 @@ class StatusMonitor(wiring.Component):
                 now.reasons.eq(Cat(*[reason for _, reason in by_facts])),
             ]
             return now
+        # (one for each source of the facts, whichever state commits)
+        settled_now = {id(beat_facts): settled_by(beat_facts, "settled_by_beat"),
+                       id(last_facts): settled_by(last_facts, "settled_by_last")}
         reason_bits = len(by_facts[0][1])
         drop_reason = Signal(range(len(COUNTERS)))
         with m.If(settled.lossy):
@@ -1035,7 +1037,7 @@ class StatusMonitor(wiring.Component):
                 def intends(kind):
                     return outcome == Outcome[kind] if kind in outcomes else Const(0)
                 count("frames_in")
-                m.d.sync += [settling.eq(1), settled.eq(settled_by(facts)),
+                m.d.sync += [settling.eq(1), settled.eq(settled_now[id(facts)]),
                              release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
                 with m.If(happens_here("FORWARD", "FORWARD_GAP", "ACK")):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
