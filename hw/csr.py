@@ -31,7 +31,7 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
     instance, ``[value of instance 0, ...]`` of a repeated block; ``transforms``: ``{"block.register":
     f(wdata) -> value}`` applied to a written word (a register of one word). Returns ``{"block.register":
     Signal(count)}``, each bit 1 in the clock an instance's ``action`` register is written. The ``readable``
-    values are read ``READ_LATENCY - 1`` clocks after the address: a value chosen by ``csr.addr`` in its own
+    values are read ``READ_LATENCY - 2`` clocks after the address: a value chosen by ``csr.addr`` in its own
     component (the egress stage's counters) may take that many registered clocks."""
     check_map(params)
     transforms = transforms or {}
@@ -85,31 +85,48 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
             if len(values) != count:
                 raise ValueError(f"{key}: {len(values)} values for {count} instances")
             for index, value in enumerate(values):
-                words[blk.base + blk.stride * index + r.offset] = Value.cast(value)
-    # the address a read names reaches the tree READ_LATENCY - 1 clocks later: a ``readable`` value may be
-    # that many clocks behind the address (registered in its component), and the tree's own clock is short
+                words[blk.base + blk.stride * index + r.offset] = (Value.cast(value), Const(1))
+    # The tree takes two registered clocks: the words that agree on the address bits from ``split`` up are
+    # chosen among by the lower bits READ_LATENCY - 2 clocks after the address (a ``readable`` value may be
+    # that many clocks behind it, registered in its component), and those choices by the upper bits a clock
+    # later. ``split`` halves the bits that tell the words apart.
+    varying = [bit for bit in range(ADDRESS_BITS) if len({a >> bit & 1 for a in words}) > 1]
+    split = varying[len(varying) // 2] if varying else 0
     address = csr.addr
     for stage in range(READ_LATENCY - 1):
         delayed = Signal(ADDRESS_BITS, name=f"read_address_{stage + 1}")
         m.d.sync += delayed.eq(address)
         address = delayed
-    value, hit = _read_tree(address, words, ADDRESS_BITS - 1)
+        if stage == READ_LATENCY - 3:
+            early = address
+    groups = {}
+    for at, word in words.items():
+        groups.setdefault(at >> split, {})[at] = word
+    chosen = {}
+    for group, members in groups.items():
+        value, hit = _read_tree(early, members, split - 1)
+        value_reg = Signal(len(value), name=f"read_group_{group:x}")
+        hit_reg = Signal(name=f"read_group_{group:x}_hit")
+        m.d.sync += [value_reg.eq(value), hit_reg.eq(hit)]
+        chosen[group << split] = (value_reg, hit_reg)
+    value, hit = _read_tree(address, chosen, ADDRESS_BITS - 1, stop=split)
     m.d.sync += csr.rdata.eq(Mux(hit, value, 0))
     return strobes
 
 
-def _read_tree(addr, words, bit):
-    """``(value, hit)``: the value of ``words`` (``{address: value}``) at ``addr``, and whether ``addr`` is
-    one of their addresses, deciding on ``addr``'s bits from ``bit`` down. A bit on which every address
-    agrees only narrows ``hit``; a bit that tells addresses apart is a multiplexer."""
-    if bit < 0:
-        (value,) = words.values()
-        return value, Const(1)
+def _read_tree(addr, words, bit, stop=0):
+    """``(value, hit)``: the value of ``words`` (``{address: (value, hit)}``) at ``addr``, and whether ``addr``
+    is one of their addresses (and the word's own ``hit``), deciding on ``addr``'s bits from ``bit`` down to
+    ``stop`` (the words agree on the bits below it). A bit on which every address agrees only narrows
+    ``hit``; a bit that tells addresses apart is a multiplexer."""
+    if bit < stop:
+        (word,) = words.values()
+        return word
     ones = {a: v for a, v in words.items() if a >> bit & 1}
     zeros = {a: v for a, v in words.items() if not a >> bit & 1}
     if not zeros or not ones:
-        value, hit = _read_tree(addr, ones or zeros, bit - 1)
+        value, hit = _read_tree(addr, ones or zeros, bit - 1, stop)
         return value, hit & (addr[bit] if ones else ~addr[bit])
-    value_1, hit_1 = _read_tree(addr, ones, bit - 1)
-    value_0, hit_0 = _read_tree(addr, zeros, bit - 1)
+    value_1, hit_1 = _read_tree(addr, ones, bit - 1, stop)
+    value_0, hit_0 = _read_tree(addr, zeros, bit - 1, stop)
     return Mux(addr[bit], value_1, value_0), Mux(addr[bit], hit_1, hit_0)

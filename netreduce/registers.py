@@ -45,8 +45,9 @@ assert set(HISTOGRAM_COUNTERS) <= set(COUNTERS)
 ADDRESS_BITS = 16
 WORD_BITS = 32
 # the register port's reads are pipelined: ``rdata`` shows the word at the ``addr`` of READ_LATENCY clocks
-# before (a read every clock; the egress stage's per-class counters take two of them, in distributed RAM)
-READ_LATENCY = 3
+# before (a read every clock; the egress stage's per-class counters take two of them, in distributed RAM, and
+# the read's multiplexers two more)
+READ_LATENCY = 4
 
 
 @dataclass(frozen=True)

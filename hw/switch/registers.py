@@ -160,6 +160,6 @@ class SwitchRegisters(wiring.Component):
             readable[f"egress.high_water{q}"] = [status[p].high_water[q] if q < Q else 0 for p in range(P)]
         for name in ("drops_oversize", "occupancy"):
             readable[f"egress.{name}"] = [status[p][name] for p in range(P)]
-        assert COUNTER_READ_LATENCY == READ_LATENCY - 1, "the read tree takes the egress counters when they show"
+        assert COUNTER_READ_LATENCY == READ_LATENCY - 2, "the read tree takes the egress counters when they show"
         first = EGRESS.register(f"{next(iter(EGRESS_COUNTERS))}0").offset
         m.d.comb += self.egress_counter_read.eq(self.csr.addr[:exact_log2(EGRESS.stride)] - first)
