@@ -205,11 +205,6 @@ class Emitter(wiring.Component):
         FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
         req_mac = Array(fields_of(self.connections, C, "requester", "mac"))
         req_ip = Array(fields_of(self.connections, C, "requester", "ip"))
-        req_vlan = Array(fields_of(self.connections, C, "requester", "vlan"))
-        resp_mac = Array(fields_of(self.connections, C, "responder", "mac"))
-        resp_ip = Array(fields_of(self.connections, C, "responder", "ip"))
-        resp_qpn = Array(fields_of(self.connections, C, "responder_qpn"))
-        resp_rkey = Array(fields_of(self.connections, C, "responder_rkey"))
         job_id = Array(fields_of(self.jobs, self.jobs_count, "id"))
         sent = Array(self.sent[c] for c in range(C))
 
@@ -356,6 +351,7 @@ class Emitter(wiring.Component):
         incoming = data.View(Descriptor, header_jobs.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
+        restoring = Signal(ConnectionEntry)      # the connection of the header being restored
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),
                      hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
@@ -383,23 +379,28 @@ class Emitter(wiring.Component):
                 m.d.comb += [h_valid.eq(headers.valid), record.eq(headers.payload), headers.ready.eq(h_ready)]
                 with m.If(h_valid & h_ready):
                     take()
+            c = h_desc.job * N + h_worker
             with m.State("STORE_READ"):
+                # (the worker's connection is registered with the read: no multiplexer over the connections
+                # on the way into the record)
                 m.d.comb += store_read.eq(1)
+                m.d.sync += restoring.eq(self.connections[c])
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 # the worker's stored header, addressed from its requester to its responder (the connection
                 # fixes those: ``StoredHeader``)
-                c = h_desc.job * N + h_worker
                 m.d.comb += h_valid.eq(1)
-                restore_header(m, record, data.View(StoredHeader, hs_r.data), requester_mac=req_mac[c],
-                               requester_ip=req_ip[c], requester_vlan=req_vlan[c], responder_mac=resp_mac[c],
-                               responder_ip=resp_ip[c], responder_qpn=resp_qpn[c])
+                requester, responder = restoring.requester, restoring.responder
+                restore_header(m, record, data.View(StoredHeader, hs_r.data), requester_mac=requester.mac,
+                               requester_ip=requester.ip, requester_vlan=requester.vlan,
+                               responder_mac=responder.mac, responder_ip=responder.ip,
+                               responder_qpn=restoring.responder_qpn)
                 with m.If(h_desc.lossy):
                     # a bounded-loss result: the template's, to this worker's connection, with no VLAN priority,
                     # the connection's next PSN, the responder's R_Key and the bitmap
-                    m.d.comb += [lossy_result.eq(1), record.vlan_tci.eq(req_vlan[c][:_VID_BITS]),
+                    m.d.comb += [lossy_result.eq(1), record.vlan_tci.eq(requester.vlan[:_VID_BITS]),
                                  record.bth_psn.eq(sent[c] + 1),
-                                 record.reth_rkey.eq(resp_rkey[c]), record.immdt.eq(h_desc.bitmap)]
+                                 record.reth_rkey.eq(restoring.responder_rkey), record.immdt.eq(h_desc.bitmap)]
                     with m.If(h_ready):
                         m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c)]
                 with m.If(h_ready):
