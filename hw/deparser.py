@@ -114,6 +114,13 @@ def serialize_header(m, hdr, window_bytes, ipv6=True):
         return [header[8 * (offset + i):8 * (offset + i + 1)].eq(b) for i, b in enumerate(byte_list)]
 
     tos = Cat(hdr.ip_ecn, hdr.ip_dscp)
+    # (the IPv4 header's sum whatever the layout, from the record's fields: no layout's multiplexer on its
+    # way; it is used only where the layout is IPv4)
+    ipv4 = _pack(IPV4_HEADER, {
+        "version": C(4, 4), "ihl": C(5, 4), "dscp": hdr.ip_dscp, "ecn": hdr.ip_ecn, "total_length": hdr.ip_len,
+        "identification": hdr.ip_id, "flags_fragment": hdr.ip_flags_frag, "ttl": hdr.ip_ttl,
+        "protocol": hdr.ip_proto, "src": hdr.ip_src[:32], "dst": hdr.ip_dst[:32]})
+    m.d.comb += ip_sum.eq(ipv4_sum(ipv4))
     over_ipv6 = hdr.ip_version == 6
     m.d.comb += layout.eq(Cat(hdr.vlan_valid, over_ipv6 if ipv6 else 0))
     for vlan in (0, 1):
@@ -129,13 +136,7 @@ def serialize_header(m, hdr, window_bytes, ipv6=True):
                         "payload_length": hdr.ip_len, "next_header": hdr.ip_proto, "hop_limit": hdr.ip_ttl,
                         "src": hdr.ip_src, "dst": hdr.ip_dst})
                 else:
-                    fields = {
-                        "version": C(4, 4), "ihl": C(5, 4), "dscp": hdr.ip_dscp, "ecn": hdr.ip_ecn,
-                        "total_length": hdr.ip_len, "identification": hdr.ip_id,
-                        "flags_fragment": hdr.ip_flags_frag, "ttl": hdr.ip_ttl, "protocol": hdr.ip_proto,
-                        "src": hdr.ip_src[:32], "dst": hdr.ip_dst[:32]}
-                    m.d.comb += ip_sum.eq(ipv4_sum(_pack(IPV4_HEADER, fields)))
-                    ip = _pack(IPV4_HEADER, fields)
+                    ip = ipv4
                 udp = _pack(UDP_HEADER, {"sport": hdr.udp_sport, "dport": hdr.udp_dport,
                                          "length": hdr.udp_len, "checksum": hdr.udp_csum})
                 bth = _pack(BTH, {name: getattr(hdr, f"bth_{name}") for name, _ in BTH})
