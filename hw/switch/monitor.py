@@ -146,6 +146,8 @@ class StatusMonitor(wiring.Component):
         spare = own_bytes >= 2 * self.beat_bytes
         self.lookup_clocks = 2 if spare else 1
         self.registered_commit = spare
+        # there too, the next header is loaded in a clock of its own (TAKE), after the clock that decides it
+        self.registered_take = spare
         self.frame_beats = frame_words(width, max_frame)
         self.ring_bits = ring_address_bits(self.frame_beats)
         self.Descriptor = descriptor_layout(workers=workers, jobs=jobs, message_slots=message_slots, slots=S,
@@ -542,24 +544,34 @@ class StatusMonitor(wiring.Component):
         m.d.comb += [verdict.eq(beat.verdict.as_value()),
                      stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
 
-        # Byte counts at the commit, without adding up: whether the frame reaches ``total`` bytes with this
-        # beat is registered from the bytes before it as "reached already" and the one keep lane that
-        # would reach it (keep is contiguous), set when a header is taken and after every beat.
+        # Byte counts at the commit, without adding up. Every payload beat but a frame's last is full (the
+        # parser's contract: it counts a frame's bytes by whole beats), so the bytes before beat b are b B.
+        # Whether the frame reaches ``target`` bytes with a beat is registered as "reached already" and the
+        # one keep lane that would reach it in this beat (keep is contiguous): the lane of target - 1 (one-hot,
+        # set when a header is taken) in the beat of target - 1, counted down beat by beat, so that no
+        # adder or comparison of two counts comes before the marks.
         marks_at_take, marks_after_beat = [], []
+        lane_bits = exact_log2(B)
 
-        def reaches(name, total_of_next_frame, total):
-            reached, lanes = Signal(name=f"{name}_reached"), Signal(B, name=f"{name}_lane")
-
-            def marks(target, so_far):
-                return [reached.eq(so_far >= target), lanes.eq(Cat(*[target - so_far == i + 1 for i in range(B)]))]
-            marks_at_take.extend(marks(total_of_next_frame, 0))
-            marks_after_beat.extend(marks(total, stream_total))
+        def reaches(name, target_of_next_frame):
+            reached = Signal(name=f"{name}_reached")
+            lanes = Signal(B, name=f"{name}_lane")              # this beat's lane that reaches it, if any
+            target_lane = Signal(B, name=f"{name}_target_lane")
+            beats_to = Signal(18 - lane_bits, name=f"{name}_beats_to")    # from this beat to the target's
+            target = Value.cast(target_of_next_frame)
+            before = Signal(len(target) + 1, name=f"{name}_before")      # target - 1 of the next frame
+            m.d.comb += before.eq(target - 1)
+            lane_now = Cat(*[before[:lane_bits] == i for i in range(B)])
+            marks_at_take.extend([reached.eq(target == 0), target_lane.eq(lane_now),
+                                  beats_to.eq(before[lane_bits:]),
+                                  lanes.eq(Mux((before[lane_bits:] == 0) & (target != 0), lane_now, 0))])
+            marks_after_beat.extend([reached.eq(reached | lanes.any()), lanes.eq(Mux(beats_to == 1, target_lane, 0)),
+                                     beats_to.eq(Mux(beats_to == 0, 0, beats_to - 1))])
             return reached | (beat.keep & lanes).any()
 
         next_length = self.frames.payload.header.payload_len
-        too_long = reaches("over_max_frame", self.max_frame + 1, self.max_frame + 1)
-        ends_at_length = (reaches("at_length", next_length, length)
-                          & ~reaches("past_length", next_length + 1, length + 1))
+        too_long = reaches("over_max_frame", self.max_frame + 1)
+        ends_at_length = reaches("at_length", next_length) & ~reaches("past_length", next_length + 1)
         # (the first beat clears the bytes after it: the window is not cleared when a header is taken, so
         # that taking one loads fewer registers)
         for wb in range(max(1, WINDOW_BYTES // B)):
@@ -598,7 +610,7 @@ class StatusMonitor(wiring.Component):
 
         agg_beat_ok = Cat(*[(beat.data[8 * lane:8 * lane + 8] == agg_expect[8 * lane:8 * lane + 8]) | ~agg_lanes[lane]
                             for lane in range(B)]).all()
-        agg_ok = reaches("aggregation_header", 16, 16) & agg_so_far & agg_beat_ok
+        agg_ok = reaches("aggregation_header", 16) & agg_so_far & agg_beat_ok
         # a control request (the rare case: checked in clocks of its own, CONTROL_PARSE, CONTROL_CHECK, CONTROL,
         # from the whole frame as kept): the UDP payload follows 14 (+4 with a VLAN tag) + 20 + 8 bytes
         # ``results``: a RESULT_REQUEST (a bounded-loss receiver asks for message ``value`` again), else a
@@ -995,26 +1007,42 @@ class StatusMonitor(wiring.Component):
                             & (sum_requests.level < sum_requests.depth - 1))
 
         with m.FSM(name="monitor"):
+            def load_header():
+                """Load the header at the head of ``frames`` (and its arrival) and go on with its frame."""
+                m.d.comb += [self.frames.ready.eq(1), deadlines.head.ready.eq(1)]
+                taken_header = self.frames.payload
+                m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
+                             beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
+                             oversize.eq(0), lossy_write_ok.eq(0),
+                             h_arrival.eq(deadlines.head.payload)]
+                # a frame of no connection (not RoCE, RoCE of no registered connection, a control frame)
+                # needs no state: its plan is its match, and its payload streams the next clock
+                with m.If(~taken_header.match.data & ~taken_header.match.ack):
+                    m.d.sync += [plan.eq(stateless_plan), agg_so_far.eq(1)]
+                    m.next = "STREAM"
+                with m.Else():
+                    m.next = "LOOKUP_READ" if read_first else "LOOKUP"
+
+            # the next header may be taken: what ``take_header`` asks, registered. It still holds a clock later
+            # where in this clock no header was taken, no bounded-loss state written and no job restarted:
+            # ``frames`` and the deadlines' head are taken only by the monitor, so the header stays and its
+            # stamp with it; ``due`` changes only with the head and that state (a head that came a clock ago is
+            # not yet ``fresh``)
+            take_allowed = Signal()
+            m.d.sync += take_allowed.eq(self.frames.valid & ~self.frames.ready & ~lossy_changing
+                                        & ~deadlines.restarting & ~due_live.any() & (~live.any() | fresh))
+
             def take_header():
                 """Take the next frame's header (from IDLE, or in the clock of a commit); first complete the
-                bounded-loss messages whose deadline has come (EXPIRE)."""
+                bounded-loss messages whose deadline has come (EXPIRE). With ``registered_take`` the header
+                is loaded in TAKE, the clock after the decision, whose state alone enables the loads."""
                 with m.If(due_live.any()):
                     m.next = "EXPIRE"
                 with m.Elif(self.frames.valid & (~live.any() | fresh)):
-                    m.d.comb += self.frames.ready.eq(1)
-                    taken_header = self.frames.payload
-                    m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
-                                 beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                                 oversize.eq(0), lossy_write_ok.eq(0),
-                                 h_arrival.eq(deadlines.head.payload)]
-                    m.d.comb += deadlines.head.ready.eq(1)
-                    # a frame of no connection (not RoCE, RoCE of no registered connection, a control
-                    # frame) needs no state: its plan is its match, and its payload streams the next clock
-                    with m.If(~taken_header.match.data & ~taken_header.match.ack):
-                        m.d.sync += [plan.eq(stateless_plan), agg_so_far.eq(1)]
-                        m.next = "STREAM"
-                    with m.Else():
-                        m.next = "LOOKUP_READ" if read_first else "LOOKUP"
+                    if self.registered_take:
+                        m.next = "TAKE"
+                    else:
+                        load_header()
 
             # each worker's own PSN of the packet slot that a contribution fills (its connection's ``sent``
             # then), built once for the states that commit
@@ -1026,10 +1054,19 @@ class StatusMonitor(wiring.Component):
                     m.d.comb += own_psn[jj][v].eq(Mux(plan.worker == v, psn,
                                                       firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index))
 
-            def commit(ring_written, facts, outcome, outcomes=tuple(Outcome.__members__)):
+            def take_header_at_once():
+                """Load the next header in this clock where the clock before allowed it (``take_allowed``),
+                else take it from IDLE: where a frame of no connection commits on its last beat, so that its
+                stream goes on at line rate without a multiplexer of late conditions before the loads."""
+                with m.If(take_allowed):
+                    load_header()
+                with m.Else():
+                    m.next = "IDLE"
+
+            def commit(ring_written, facts, outcome, outcomes=tuple(Outcome.__members__), take=take_header):
                 """Apply the outcome of the frame, then go on: its ``outcome`` intended, the ``facts`` of its
                 last beat; ``outcomes``: those the frame can have where this is called (the others' logic is
-                left out)."""
+                left out); ``take``: how the next header is taken."""
                 def happens_here(*kinds):
                     kinds = [kind for kind in kinds if kind in outcomes]
                     return happens(*kinds, facts=facts, outcome=outcome) if kinds else Const(0)
@@ -1071,7 +1108,7 @@ class StatusMonitor(wiring.Component):
                         take_header()
                 with m.Else():
                     m.next = "IDLE"
-                    take_header()
+                    take()
                 if "CONTRIBUTE" in outcomes:
                     with m.If(happens_here("CONTRIBUTE")):
                         c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
@@ -1103,6 +1140,11 @@ class StatusMonitor(wiring.Component):
 
             with m.State("IDLE"):
                 take_header()
+            if self.registered_take:
+                with m.State("TAKE"):
+                    # (the frame at the head and its stamp are the decision's: only the monitor takes them;
+                    # the decision is the one the previous clock would have loaded the header on)
+                    load_header()
             with m.State("CONTROL_PARSE"):
                 m.d.sync += request.eq(parsed_request)
                 m.next = "CONTROL_CHECK"
@@ -1180,7 +1222,7 @@ class StatusMonitor(wiring.Component):
                     with m.Elif(beat.last):
                         if self.registered_commit:
                             with m.If(plan.stateless):
-                                commit(ring_written, beat_facts, intended, ("FORWARD",))
+                                commit(ring_written, beat_facts, intended, ("FORWARD",), take=take_header_at_once)
                             with m.Else():
                                 m.next = "COMMIT"
                         else:
