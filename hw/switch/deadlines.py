@@ -80,13 +80,16 @@ class Deadlines(wiring.Component):
         # (``now - IDLE_MARGIN`` counted beside ``now``, so that no subtraction precedes the frontier's)
         idle_frontier = Signal(32, init=-self.IDLE_MARGIN % (1 << 32))
         m.d.sync += idle_frontier.eq(idle_frontier + 1)
-        frontier = Mux(heads.r_rdy, heads.r_data, idle_frontier)
+        # (from either frontier side by side, the head's or the idle one, chosen last: no multiplexer ahead of
+        # the subtraction)
         due = Signal(J * K)
         for j in range(J):
             for k in range(K):
                 i = j * K + k
                 m.d.comb += self.live[i].eq(self.lossy[j] & self.open[i])
-                m.d.sync += due[i].eq(self.live[i] & ((frontier - self.opened[i])[:32] >= self.deadline[j]))
+                past_head, past_idle = [(frontier - self.opened[i])[:32] >= self.deadline[j]
+                                        for frontier in (heads.r_data, idle_frontier)]
+                m.d.sync += due[i].eq(self.live[i] & Mux(heads.r_rdy, past_head, past_idle))
         m.d.comb += self.due.eq(due & self.live)
         m.d.sync += self.fresh.eq(heads.r_rdy & ~heads.r_en & ~self.changing & ~self.restarting)
 

@@ -328,7 +328,6 @@ class StatusMonitor(wiring.Component):
         opcode, psn = h.bth_opcode, h.bth_psn
         first = Cat(*[opcode == op for op in _FIRST_OPCODES]).any()
         length = h.payload_len
-        syndrome = h.aeth_syndrome
 
         OldestRow = data.StructLayout({"message": range(J * K), "held": 1, "outside": N, "closed": N,
                                        "last": PSN_BITS * N, "delivered": PSN_BITS * N})
@@ -373,8 +372,15 @@ class StatusMonitor(wiring.Component):
         view_now = Signal(ConnView)
         view = Signal(ConnView)
         read_first = self.lookup_clocks == 2
-        through_now = Mux(syndrome == _NAK_SEQUENCE, psn - 1, psn)
-        delivers = (syndrome[5:] == 0) | (syndrome == _NAK_SEQUENCE)
+        # an ACK's PSN delivered through (its own, one less for a NAK) and whether it delivers at all, registered
+        # when its header is taken (``ack_at_take``)
+        ack_through = Signal(PSN_BITS)
+        ack_delivers = Signal()
+
+        def ack_at_take(header):
+            nak = header.aeth_syndrome == _NAK_SEQUENCE
+            return [ack_through.eq(Mux(nak, header.bth_psn - 1, header.bth_psn)),
+                    ack_delivers.eq((header.aeth_syndrome[5:] == 0) | nak)]
         m.d.comb += [
             view_now.distance.eq(psn - expected[conn]),
             view_now.in_msg.eq(in_msg[conn]),
@@ -383,12 +389,12 @@ class StatusMonitor(wiring.Component):
             view_now.first_message.eq(conn_job * K + next_k[conn]),     # the message a first packet opens
             view_now.next_seq.eq(next_seq[conn]),
             # an ACK: the PSN it delivers through, and whether that advances its connection
-            view_now.through.eq(through_now),
+            view_now.through.eq(ack_through),
             # (never past the newest result sent toward the responder: "ahead", counted and ignored)
-            view_now.advance.eq(delivers & ~_not_behind(delivered[conn], through_now)
-                                & _not_behind(sent[conn], through_now)),
-            view_now.ahead.eq(delivers & ~_not_behind(delivered[conn], through_now)
-                              & ~_not_behind(sent[conn], through_now)),
+            view_now.advance.eq(ack_delivers & ~_not_behind(delivered[conn], ack_through)
+                                & _not_behind(sent[conn], ack_through)),
+            view_now.ahead.eq(ack_delivers & ~_not_behind(delivered[conn], ack_through)
+                              & ~_not_behind(sent[conn], ack_through)),
         ]
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
         oldest_now = oldest_message_row(conn_job)
@@ -1000,8 +1006,8 @@ class StatusMonitor(wiring.Component):
         release_allowed = Signal()      # the ACK that led to RELEASE_READ was not dropped
 
         # a frame commits only when every queue an outcome can add to has room (whatever its own outcome,
-        # so that taking the last beat does not wait on the outcome); registered: two entries free a clock
-        # ago leave one now, for the one write a clock
+        # so that taking the last beat does not wait on the outcome), and ADVANCE and RELEASE queue a credit
+        # only then; registered: two entries free a clock ago leave one now, for the one write a clock
         room = Signal()
         m.d.sync += room.eq((descriptors.level < descriptors.depth - 1) & (headers.level < headers.depth - 1)
                             & (sum_requests.level < sum_requests.depth - 1))
@@ -1013,7 +1019,7 @@ class StatusMonitor(wiring.Component):
                 taken_header = self.frames.payload
                 m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
                              beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                             oversize.eq(0), lossy_write_ok.eq(0),
+                             oversize.eq(0), lossy_write_ok.eq(0), *ack_at_take(taken_header.header),
                              h_arrival.eq(deadlines.head.payload)]
                 # a frame of no connection (not RoCE, RoCE of no registered connection, a control frame)
                 # needs no state: its plan is its match, and its payload streams the next clock
@@ -1311,7 +1317,7 @@ class StatusMonitor(wiring.Component):
                 with m.If(~advancing):
                     m.next = "IDLE"
                     take_header()
-                with m.Elif(descriptors.w_rdy):
+                with m.Elif(room):
                     write_at(job_oldest, complete_job, advance_oldest + 1)
                     count("credits_sent", job_n[complete_job])
                     m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
@@ -1330,7 +1336,7 @@ class StatusMonitor(wiring.Component):
                 with m.If(~releasable):
                     m.next = "IDLE"
                     take_header()
-                with m.Elif(descriptors.w_rdy):
+                with m.Elif(room):
                     write_at(msg_busy, released, 0)
                     write_at(job_oldest, release_job, oldest + 1)
                     m.next = "RELEASE_READ"
