@@ -254,12 +254,12 @@ class EgressQueues(wiring.Component):
         link_w, link_r = links.write_port(), links.read_port()
 
         # Free cells: those never used yet come from ``fresh`` (so that a reset needs no initialised
-        # memory), the others from a circular list of the cells the reader gave back. The list is read
-        # without a clock at its head (distributed RAM: a block RAM's output would be 4.3 ns from its clock on
-        # the ECP5, ahead of the buffer's write address): a cell given back in one clock can be taken in the next.
+        # memory), the others from a circular list of the cells the reader gave back. The list's head is
+        # read ahead (a transparent read port at the next head): a cell given back in one clock can be
+        # taken in the next.
         m.submodules.free_list = free_list = Memory(shape=cell_bits, depth=cells, init=[])
         free_w = free_list.write_port()
-        free_r = free_list.read_port(domain="comb")
+        free_r = free_list.read_port(transparent_for=(free_w,))
         fresh = Signal(range(cells + 1))
         free_head = Signal(range(cells))
         free_tail = Signal(range(cells))
@@ -271,20 +271,21 @@ class EgressQueues(wiring.Component):
         given_cell = Signal(cell_bits)      # ... this one
         from_list = fresh == cells
         m.d.comb += new_cell.eq(Mux(from_list, free_r.data, fresh))
-        m.d.comb += free_r.addr.eq(free_head)
-        with m.If(allocate & from_list):
-            m.d.sync += free_head.eq(increment(free_head, cells))
+        head_next = Mux(allocate & from_list, increment(free_head, cells), free_head)
+        m.d.comb += free_r.addr.eq(head_next)
+        m.d.sync += free_head.eq(head_next)
         with m.If(allocate & ~from_list):
             m.d.sync += fresh.eq(fresh + 1)
         m.d.comb += [free_w.addr.eq(free_tail), free_w.data.eq(given_cell), free_w.en.eq(give_back)]
         with m.If(give_back):
             m.d.sync += free_tail.eq(increment(free_tail, cells))
-        # (``allocate`` is decided late in the clock, by admission: it only chooses between sums and comparisons
-        # made beside it)
-        free_kept = Signal.like(free_cells)
-        m.d.comb += free_kept.eq(free_cells + give_back)
-        m.d.sync += [free_cells.eq(Mux(allocate, free_kept - 1, free_kept)),
-                     room.eq(Mux(allocate, free_kept >= self.max_frame_cells + 1, free_kept >= self.max_frame_cells))]
+        # (``allocate`` is decided late in the clock, by admission, and ``give_back`` by the reader: they only
+        # choose between sums and comparisons of the count with constants, made beside them)
+        M = self.max_frame_cells
+        m.d.sync += [free_cells.eq(Mux(allocate, Mux(give_back, free_cells, free_cells - 1),
+                                       Mux(give_back, free_cells + 1, free_cells))),
+                     room.eq(Mux(allocate, Mux(give_back, free_cells >= M, free_cells >= M + 1),
+                                 Mux(give_back, free_cells >= M - 1, free_cells >= M)))]
 
         # ---- descriptors: one FIFO per queue, a frame's descriptor queued when its last beat is written --
         descriptor = data.StructLayout({

@@ -351,7 +351,8 @@ class Emitter(wiring.Component):
         incoming = data.View(Descriptor, header_jobs.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
-        restoring = Signal(ConnectionEntry)      # the connection of the header being restored
+        restoring = Signal(ConnectionEntry)      # the connection of the header being restored ...
+        restoring_psn = Signal(24)               # ... and its next PSN toward the responder (a bounded-loss result)
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),
                      hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
@@ -382,9 +383,9 @@ class Emitter(wiring.Component):
             c = h_desc.job * N + h_worker
             with m.State("STORE_READ"):
                 # (the worker's connection is registered with the read: no multiplexer over the connections
-                # on the way into the record)
+                # on the way into the record; its ``sent`` changes only with a header this sequencer hands over)
                 m.d.comb += store_read.eq(1)
-                m.d.sync += restoring.eq(self.connections[c])
+                m.d.sync += [restoring.eq(self.connections[c]), restoring_psn.eq(sent[c] + 1)]
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 # the worker's stored header, addressed from its requester to its responder (the connection
@@ -399,7 +400,7 @@ class Emitter(wiring.Component):
                     # a bounded-loss result: the template's, to this worker's connection, with no VLAN priority,
                     # the connection's next PSN, the responder's R_Key and the bitmap
                     m.d.comb += [lossy_result.eq(1), record.vlan_tci.eq(requester.vlan[:_VID_BITS]),
-                                 record.bth_psn.eq(sent[c] + 1),
+                                 record.bth_psn.eq(restoring_psn),
                                  record.reth_rkey.eq(restoring.responder_rkey), record.immdt.eq(h_desc.bitmap)]
                     with m.If(h_ready):
                         m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c)]
