@@ -427,11 +427,10 @@ class EgressQueues(wiring.Component):
             with m.If(cell_end & ~last_beat):
                 m.d.sync += r_cell.eq(link_r.data)
 
-        # (``store_beat`` is decided late, by admission: it only chooses between the counts made beside it)
+        # (``store_beat`` is decided late, by admission, and ``read`` by the reader: they only choose between
+        # the counts made beside them)
         def count(value, stored, taken):
-            after_read = Signal.like(value)
-            m.d.comb += after_read.eq(value - taken)
-            m.d.sync += value.eq(Mux(stored, after_read + 1, after_read))
+            m.d.sync += value.eq(Mux(stored, Mux(taken, value, value + 1), Mux(taken, value - 1, value)))
 
         for q in range(Q):
             count(queue_occupancy[q], store_beat & (frame_queue == q), read & (r_queue == q))
