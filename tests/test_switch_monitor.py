@@ -111,12 +111,18 @@ def scenario():
     corrupt[-1] ^= 1
     frames.append((port, bytes(corrupt)))       # a bad ICRC
     frames.append((0, bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + bytes(46)))   # not RoCE
+    conn = fabric.conns[RELIABLE, 0]
+    for psn in (7, 8, 9):                       # RoCE of no connection, one payload beat each: forwarded
+        frames.append((conn.responder_port, build_ack(psn, 1, eth_src=conn.responder_mac, eth_dst=conn.requester_mac,
+                                                      src_ip=conn.responder_ip, dst_ip=conn.requester_ip,
+                                                      dest_qp=0xABCDE)))
     return fabric, frames
 
 
 def model_kinds(fabric, frames):
-    """The model's frames out, in order, each as the kind of descriptor that stands for it."""
-    kinds = []
+    """The model's frames out, in order, each as the kind of descriptor that stands for it, and the parsed
+    header of each frame that goes on."""
+    kinds, forwarded = [], []
     for port, frame in frames:
         before = dict(fabric.switch.counters)
         out = fabric.send(frame, port)
@@ -130,9 +136,10 @@ def model_kinds(fabric, frames):
             elif reason and reason[0] in ("forwarded", "passthrough_gap", "passthrough_stale",
                                           "passthrough_sequence", "passthrough_opcode"):
                 kinds.append("forward")
+                forwarded.append(h)
             else:
                 kinds.append("result")
-    return kinds
+    return kinds, forwarded
 
 
 def descriptor_kinds(descriptors):
@@ -190,7 +197,7 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
             counters_now[:] = [ctx.get(regs.counters[i]) for i in range(len(COUNTERS))]
             await ctx.tick()
 
-    expected_kinds = model_kinds(fabric, frames)
+    expected_kinds, expected_forwarded = model_kinds(fabric, frames)
     settled = []
 
     def done():
@@ -212,6 +219,11 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
     assert descriptor_kinds(descriptors) == expected_kinds
     forwards = [d for d in descriptors if Emission(d.kind) in (Emission.FORWARD, Emission.DUPLICATE)]
     assert len(headers) == len(forwards)
+    # each frame that goes on carries its own header record (the model's frame out, parsed)
+    forwarded = [record for record, d in zip(headers, forwards, strict=True) if Emission(d.kind) is Emission.FORWARD]
+    assert len(forwarded) == len(expected_forwarded)
+    for record, expected in zip(forwarded, expected_forwarded, strict=True):
+        assert {name: int(getattr(record, name)) for name in expected} == expected
     sums = [d for d in descriptors if Emission(d.kind) is Emission.RESULTS and not d.resend]
     assert len(requests) == len(sums)
     for request, d in zip(requests, sums, strict=True):

@@ -1012,15 +1012,42 @@ class StatusMonitor(wiring.Component):
         m.d.sync += room.eq((descriptors.level < descriptors.depth - 1) & (headers.level < headers.depth - 1)
                             & (sum_requests.level < sum_requests.depth - 1))
 
+        record_pending = Signal()     # the header's record (``h``) loads from ``frames`` in this clock
+        taken_now = Signal()          # a header is taken in this clock
+
+        with m.If(record_pending):
+            m.d.comb += [self.frames.ready.eq(1), deadlines.head.ready.eq(1)]
+            m.d.sync += [h.eq(self.frames.payload.header), h_arrival.eq(deadlines.head.payload),
+                         record_pending.eq(0)]
+
+        # the next header may be taken: what ``take_header`` asks, registered. It still holds a clock later
+        # where in this clock no header was taken, no bounded-loss state written and no job restarted:
+        # ``frames`` and the deadlines' head are taken only by the monitor, so the header stays and its
+        # stamp with it; ``due`` changes only with the head and that state (a head that came a clock ago is
+        # not yet ``fresh``). ``stateless_next``: and it is of no connection.
+        take_allowed = Signal()
+        stateless_next = Signal()
+        m.d.sync += [
+            take_allowed.eq(self.frames.valid & ~taken_now & ~record_pending & ~lossy_changing
+                            & ~deadlines.restarting & ~due_live.any() & (~live.any() | fresh)),
+            stateless_next.eq(~self.frames.payload.match.data & ~self.frames.payload.match.ack),
+        ]
+
         with m.FSM(name="monitor"):
-            def load_header():
-                """Load the header at the head of ``frames`` (and its arrival) and go on with its frame."""
-                m.d.comb += [self.frames.ready.eq(1), deadlines.head.ready.eq(1)]
+            def load_header(record_later=False):
+                """Load the header at the head of ``frames`` (and its arrival) and go on with its frame; with
+                ``record_later``, its record (``h``, the thousand-odd registers) and its arrival load in the next
+                clock, from ``record_pending`` alone (both stay at their heads until then)."""
                 taken_header = self.frames.payload
-                m.d.sync += [h.eq(taken_header.header), hm.eq(taken_header.match),
+                m.d.comb += taken_now.eq(1)
+                if record_later:
+                    m.d.sync += record_pending.eq(1)
+                else:
+                    m.d.comb += [self.frames.ready.eq(1), deadlines.head.ready.eq(1)]
+                    m.d.sync += [h.eq(taken_header.header), h_arrival.eq(deadlines.head.payload)]
+                m.d.sync += [hm.eq(taken_header.match),
                              beat_index.eq(0), stream_bytes.eq(0), *marks_at_take,
-                             oversize.eq(0), lossy_write_ok.eq(0), *ack_at_take(taken_header.header),
-                             h_arrival.eq(deadlines.head.payload)]
+                             oversize.eq(0), lossy_write_ok.eq(0), *ack_at_take(taken_header.header)]
                 # a frame of no connection (not RoCE, RoCE of no registered connection, a control frame)
                 # needs no state: its plan is its match, and its payload streams the next clock
                 with m.If(~taken_header.match.data & ~taken_header.match.ack):
@@ -1028,15 +1055,6 @@ class StatusMonitor(wiring.Component):
                     m.next = "STREAM"
                 with m.Else():
                     m.next = "LOOKUP_READ" if read_first else "LOOKUP"
-
-            # the next header may be taken: what ``take_header`` asks, registered. It still holds a clock later
-            # where in this clock no header was taken, no bounded-loss state written and no job restarted:
-            # ``frames`` and the deadlines' head are taken only by the monitor, so the header stays and its
-            # stamp with it; ``due`` changes only with the head and that state (a head that came a clock ago is
-            # not yet ``fresh``)
-            take_allowed = Signal()
-            m.d.sync += take_allowed.eq(self.frames.valid & ~self.frames.ready & ~lossy_changing
-                                        & ~deadlines.restarting & ~due_live.any() & (~live.any() | fresh))
 
             def take_header():
                 """Take the next frame's header (from IDLE, or in the clock of a commit); first complete the
@@ -1061,11 +1079,15 @@ class StatusMonitor(wiring.Component):
                                                       firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index))
 
             def take_header_at_once():
-                """Load the next header in this clock where the clock before allowed it (``take_allowed``),
-                else take it from IDLE: where a frame of no connection commits on its last beat, so that its
-                stream goes on at line rate without a multiplexer of late conditions before the loads."""
-                with m.If(take_allowed):
-                    load_header()
+                """Where a frame of no connection commits on its last beat: load the next header in this
+                clock if the clock before allowed it (``take_allowed``) and it is of no connection too, its
+                record a clock later (so that back-to-back forwarded frames keep the line, and the loads of
+                a thousand-odd registers wait on no late condition); a header of a connection goes through
+                TAKE (a clock its header beats leave to spare); else IDLE decides."""
+                with m.If(take_allowed & stateless_next):
+                    load_header(record_later=True)
+                with m.Elif(take_allowed):
+                    m.next = "TAKE"
                 with m.Else():
                     m.next = "IDLE"
 
@@ -1194,8 +1216,14 @@ class StatusMonitor(wiring.Component):
             with m.State("STREAM"):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
                 # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
-                m.d.comb += self.payload.ready.eq((~forwarding | oversize | ring_free) & (~beat.last | room)
-                                                  & ~lossy_wait)
+                # (a frame of no connection never waits on a bounded-loss slot: its own term, so that its last
+                # beat's load of the next header, ``take_header_at_once``, does not wait on the slots either)
+                stateless_forwarding = ~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
+                # (a last beat waits for its frame's record, loading a clock after the take: ``record_pending``)
+                m.d.comb += self.payload.ready.eq(
+                    Mux(plan.stateless,
+                        (~stateless_forwarding | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
+                        (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
                 with m.If(self.payload.valid & self.payload.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
                                  *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
