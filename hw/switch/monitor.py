@@ -19,8 +19,11 @@ the first 64 bytes. The frame commits with its last beat; at 64 bits a frame of 
 ``last_outcome``). What the commit would do (``intended``) and where the monitor goes next come from the plan
 alone; the last beat's facts (verdicts, size, the byte counts as registered marks, the aggregation header) only
 say whether it happens, so they reach nothing but the write enables of state, bitmap, header store
-(``store_write``), ``descriptors`` and ``sum_requests``. The next header is taken in the commit's clock;
-counters (``increments``) add two clocks later. Rare cases take clocks of their own: ``DUP_SEARCH``,
+(``store_write``), ``descriptors`` and ``sum_requests``. The next header is taken in the commit's clock; at 64
+bits it is loaded in ``TAKE``, the clock after, from the state alone, and behind a frame of no connection
+that takes it on its last beat, its record and arrival load a clock later (``record_pending``), so that no
+late condition enables the registers a header loads; counters (``increments``) add two clocks later. Rare
+cases take clocks of their own: ``DUP_SEARCH``,
 ``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
 ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
 management request from the manager, with a ``management`` address: checked and handed on
