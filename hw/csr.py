@@ -92,13 +92,11 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
     # later. ``split`` halves the bits that tell the words apart.
     varying = [bit for bit in range(ADDRESS_BITS) if len({a >> bit & 1 for a in words}) > 1]
     split = varying[len(varying) // 2] if varying else 0
-    address = csr.addr
+    addresses = [csr.addr]          # the address a clock after another
     for stage in range(READ_LATENCY - 1):
-        delayed = Signal(ADDRESS_BITS, name=f"read_address_{stage + 1}")
-        m.d.sync += delayed.eq(address)
-        address = delayed
-        if stage == READ_LATENCY - 3:
-            early = address
+        addresses.append(Signal(ADDRESS_BITS, name=f"read_address_{stage + 1}"))
+        m.d.sync += addresses[-1].eq(addresses[-2])
+    early, address = addresses[READ_LATENCY - 2], addresses[READ_LATENCY - 1]
     groups = {}
     for at, word in words.items():
         groups.setdefault(at >> split, {})[at] = word

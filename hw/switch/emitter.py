@@ -412,7 +412,7 @@ class Emitter(wiring.Component):
                         take()
             with m.State("CONTROL_HEADER"):
                 m.d.comb += [h_valid.eq(1), record.eq(0), h_control.eq(1),
-                             destination.eq(req_mac[h_desc.job * N + h_worker])]
+                             destination.eq(req_mac[c])]
                 with m.If(h_ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):

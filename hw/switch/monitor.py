@@ -487,11 +487,13 @@ class StatusMonitor(wiring.Component):
                 m.d.comb += [dup_found.eq(1), dup_index0.eq(dup_tests[k].index0),
                              dup_slot.eq((plan.job * K + k) * M + dup_tests[k].index)]
 
-        # the path of the payload while it streams
+        # the path of the payload while it streams (``unrefused``: a frame of no connection goes on when it is)
+        unrefused = Signal()
         forwarding = Signal()
         contributing = Signal()
         m.d.comb += [
-            forwarding.eq(~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
+            unrefused.eq(~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused),
+            forwarding.eq(unrefused
                           & (plan.plain | plan.ack | ~plan.data | ~plan.write_op
                              | (~plan.lossy & (plan.gap | (plan.in_seq & ~plan.seq_ok)
                                                | (plan.behind & ~plan.dup_found))))),
@@ -1018,10 +1020,11 @@ class StatusMonitor(wiring.Component):
         record_pending = Signal()     # the header's record (``h``) loads from ``frames`` in this clock
         taken_now = Signal()          # a header is taken in this clock
 
-        with m.If(record_pending):
-            m.d.comb += [self.frames.ready.eq(1), deadlines.head.ready.eq(1)]
-            m.d.sync += [h.eq(self.frames.payload.header), h_arrival.eq(deadlines.head.payload),
-                         record_pending.eq(0)]
+        if self.registered_take:
+            with m.If(record_pending):
+                m.d.comb += [self.frames.ready.eq(1), deadlines.head.ready.eq(1)]
+                m.d.sync += [h.eq(self.frames.payload.header), h_arrival.eq(deadlines.head.payload),
+                             record_pending.eq(0)]
 
         # the next header may be taken: what ``take_header`` asks, registered. It still holds a clock later
         # where in this clock no header was taken, no bounded-loss state written and no job restarted:
@@ -1030,11 +1033,12 @@ class StatusMonitor(wiring.Component):
         # not yet ``fresh``). ``stateless_next``: and it is of no connection.
         take_allowed = Signal()
         stateless_next = Signal()
-        m.d.sync += [
-            take_allowed.eq(self.frames.valid & ~taken_now & ~record_pending & ~lossy_changing
-                            & ~deadlines.restarting & ~due_live.any() & (~live.any() | fresh)),
-            stateless_next.eq(~self.frames.payload.match.data & ~self.frames.payload.match.ack),
-        ]
+        if self.registered_take:
+            m.d.sync += [
+                take_allowed.eq(self.frames.valid & ~taken_now & ~record_pending & ~lossy_changing
+                                & ~deadlines.restarting & ~due_live.any() & (~live.any() | fresh)),
+                stateless_next.eq(~self.frames.payload.match.data & ~self.frames.payload.match.ack),
+            ]
 
         with m.FSM(name="monitor"):
             def load_header(record_later=False):
@@ -1220,12 +1224,11 @@ class StatusMonitor(wiring.Component):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
                 # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
                 # (a frame of no connection never waits on a bounded-loss slot: its own term, so that its last
-                # beat's load of the next header, ``take_header_at_once``, does not wait on the slots either)
-                stateless_forwarding = ~plan.control & ~plan.spoofed & ~plan.stray & ~plan.management & ~plan.refused
-                # (a last beat waits for its frame's record, loading a clock after the take: ``record_pending``)
+                # beat's load of the next header, ``take_header_at_once``, does not wait on the slots either;
+                # that last beat waits for its frame's record, loading a clock after the take: ``record_pending``)
                 m.d.comb += self.payload.ready.eq(
                     Mux(plan.stateless,
-                        (~stateless_forwarding | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
+                        (~unrefused | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
                         (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
                 with m.If(self.payload.valid & self.payload.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
@@ -1259,7 +1262,8 @@ class StatusMonitor(wiring.Component):
                     with m.Elif(beat.last):
                         if self.registered_commit:
                             with m.If(plan.stateless):
-                                commit(ring_written, beat_facts, intended, ("FORWARD",), take=take_header_at_once)
+                                commit(ring_written, beat_facts, intended, ("FORWARD",),
+                                       take=take_header_at_once if self.registered_take else take_header)
                             with m.Else():
                                 m.next = "COMMIT"
                         else:
