@@ -72,13 +72,10 @@ class MonitorBench(Elaboratable):
         return m
 
 
-def scenario():
-    """``(port, frame)`` of each frame, and the fabric (a bounded-loss job ``JOB`` and a reliable job
-    ``RELIABLE`` of 3 workers each; host h on port h mod 2)."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
-    rng = np.random.default_rng(3)
-    frames = []
-
+def builders(fabric, frames, rng):
+    """Functions that append ``(port, frame)`` to ``frames``: ``data(w, seq, psn_offset)``, worker w's
+    contribution to message ``seq`` (of the reliable job, at its connection's start PSN plus ``psn_offset``,
+    unless told otherwise), and ``ack(w, psn_offset)``, its responder's ACK of the result at that PSN."""
     def data(w, seq, psn_offset, *, job=RELIABLE, header=None, port=None, **fields):
         conn = fabric.conns[job, w]
         values = elements(rng)
@@ -92,6 +89,23 @@ def scenario():
         frames.append((conn.responder_port, build_ack(conn.start_psn + psn_offset, 1, eth_src=conn.responder_mac,
                                                       eth_dst=conn.requester_mac, src_ip=conn.responder_ip,
                                                       dst_ip=conn.requester_ip, dest_qp=conn.requester_qpn)))
+    return data, ack
+
+
+def corrupted(frame):
+    """``frame`` with its ICRC wrong."""
+    return frame[:-1] + bytes([frame[-1] ^ 1])
+
+
+NOT_ROCE = bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + bytes(46)
+
+
+def scenario():
+    """``(port, frame)`` of each frame, and the fabric (a bounded-loss job ``JOB`` and a reliable job
+    ``RELIABLE`` of 3 workers each; host h on port h mod 2)."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
+    frames = []
+    data, ack = builders(fabric, frames, np.random.default_rng(3))
 
     for w in range(WORKERS):                    # a bounded-loss message, complete: results, then credits
         data(w, 0, 0, job=JOB)
@@ -107,10 +121,8 @@ def scenario():
     frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=0, job=RELIABLE)))
     frames.append((0, fabric.request(1, 0)))    # worker 1's receiver (host 2) asks for message 0 again
     port, frame = frames[0]
-    corrupt = bytearray(frame)
-    corrupt[-1] ^= 1
-    frames.append((port, bytes(corrupt)))       # a bad ICRC
-    frames.append((0, bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + bytes(46)))   # not RoCE
+    frames.append((port, corrupted(frame)))     # a bad ICRC
+    frames.append((0, NOT_ROCE))
     conn = fabric.conns[RELIABLE, 0]
     for psn in (7, 8, 9):                       # RoCE of no connection, one payload beat each: forwarded
         frames.append((conn.responder_port, build_ack(psn, 1, eth_src=conn.responder_mac, eth_dst=conn.requester_mac,
@@ -152,9 +164,12 @@ def descriptor_kinds(descriptors):
     return kinds
 
 
-@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow(minutes=0.2))])
-def test_the_monitor_decides_every_frame_as_the_model_does(width):
-    fabric, frames = scenario()
+def run_against_model(width, fabric, frames, *, idle, backpressure):
+    """Send ``frames`` (``(port, frame)`` each) through the bench, offered with ``idle`` clocks and taken
+    with ``backpressure``, and check it against the model fed the same frames: every counter but
+    ``frames_out``, the descriptors' kinds in order, each forwarded frame's header record, each sum request.
+    Returns the model's counters and the clock (from the start of the run) of each frame's last payload
+    beat into the monitor, in frame order."""
     config_writes = switch_config_writes(fabric.config, WORKERS)
     bench, sim = shared_simulator(("monitor", width), lambda: MonitorBench(width))
     monitor, regs = bench.monitor, bench.registers
@@ -165,19 +180,19 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
         await write_registers(ctx, regs.csr, config_writes)
         await ctx.tick().repeat(2)
         configured.append(True)
-        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8, idle=0.2, seed=4)(ctx)
+        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8, idle=idle, seed=4)(ctx)
 
     async def send_ports(ctx):
         while not configured:
             await ctx.tick()
-        await send_records(bench.match.port, [port for port, _ in frames], idle=0.1, seed=5)(ctx)
+        await send_records(bench.match.port, [port for port, _ in frames], idle=idle / 2, seed=5)(ctx)
 
     async def take_descriptors(ctx):
         """The emitter's part: take descriptors, with backpressure; read each FORWARD frame's words out of the
         packet ring (its read pointer moves on by the frame's beats); report each RESULTS descriptor sent."""
         rng, read = random.Random(6), 0
         while True:
-            ready = rng.random() >= 0.3
+            ready = rng.random() >= backpressure
             ctx.set(monitor.descriptors.ready, ready)
             ctx.set(monitor.results_sent.valid, 0)
             if ready and ctx.get(monitor.descriptors.valid):
@@ -190,11 +205,17 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
                     ctx.set(monitor.results_sent, {"valid": 1, "message": int(d.job) * SLOTS + int(d.k)})
             await ctx.tick()
 
-    counters_now = []
+    counters_now, last_beats = [], []
 
-    async def watch_counters(ctx):
+    async def watch(ctx):
+        """The counters, and the clock of each frame's last payload beat taken by the monitor."""
+        clock = 0
         while True:
             counters_now[:] = [ctx.get(regs.counters[i]) for i in range(len(COUNTERS))]
+            payload = monitor.payload
+            if ctx.get(payload.valid) and ctx.get(payload.ready) and ctx.get(payload.payload.last):
+                last_beats.append(clock)
+            clock += 1
             await ctx.tick()
 
     expected_kinds, expected_forwarded = model_kinds(fabric, frames)
@@ -209,8 +230,8 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
         return len(settled) > 4
     run(bench, [configure_then_send, send_ports],
         [take_descriptors,
-         collect_records(monitor.headers, headers, backpressure=0.3, seed=7),
-         collect_records(monitor.sum_requests, requests, backpressure=0.3, seed=8), watch_counters],
+         collect_records(monitor.headers, headers, backpressure=backpressure, seed=7),
+         collect_records(monitor.sum_requests, requests, backpressure=backpressure, seed=8), watch],
         until_idle=done, max_cycles=3_000, sim=sim)
 
     rtl = {name: counters_now[i] for i, name in enumerate(COUNTERS) if name != "frames_out"}
@@ -228,8 +249,75 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
     assert len(requests) == len(sums)
     for request, d in zip(requests, sums, strict=True):
         assert (int(request.slot), int(request.result_slot)) == (int(d.slot), int(d.rslot))
-        assert int(request.mask) == (1 << WORKERS) - 1        # every worker contributed to both messages
+        assert int(request.mask) == (1 << WORKERS) - 1        # every worker contributed to each message
+    return model, last_beats
+
+
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow(minutes=0.2))])
+def test_the_monitor_decides_every_frame_as_the_model_does(width):
+    fabric, frames = scenario()
+    model, _ = run_against_model(width, fabric, frames, idle=0.2, backpressure=0.3)
     # the scenario reaches every outcome it was written for
     assert {"aggregated", "duplicates_answered", "duplicates_dropped", "passthrough_gap", "drop_bad_header",
             "drop_spoofed", "credit_requests", "result_requests", "drop_bad_icrc", "forwarded"} <= \
         {name for name, value in model.items() if value}
+
+
+def back_to_back_acks():
+    """The reliable job's messages acknowledged by ACKs back to back, no idle clock between frames: the fabric,
+    ``(port, frame)`` of each frame, and the indexes of the runs of ACKs that must each take one clock."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
+    frames = []
+    data, ack = builders(fabric, frames, np.random.default_rng(8))
+
+    def pause():        # frames of no connection, a clock each: the results leave before their ACKs
+        frames.extend([(0, NOT_ROCE)] * 12)
+
+    def acks(psn_offset, workers):
+        first = len(frames)
+        for w in workers:
+            ack(w, psn_offset)
+        return range(first, len(frames))
+    one_a_clock = []
+    for w in range(WORKERS):
+        data(w, 0, 0)
+    pause()
+    # each ACK advances its connection; the last releases the message, seeing the one before it through
+    one_a_clock.append(acks(0, range(WORKERS)))
+    pause()
+    for w in range(WORKERS):
+        data(w, 1, 1)
+    pause()
+    # worker 1's first ACK is dropped (bad ICRC): the same ACK right behind it, planned as if the first had
+    # advanced the connection, is planned again, and advances it; worker 2's then releases the message
+    ack(0, 1)
+    ack(1, 1)
+    port, frame = frames.pop()
+    frames.append((port, corrupted(frame)))
+    ack(1, 1)
+    ack(2, 1)
+    pause()
+    # the ACK right behind the contribution that completes the packet slot (and sets each connection's
+    # newest result sent): planned again once the contribution is written, it advances (not "ahead")
+    for w in range(WORKERS):
+        data(w, 2, 2)
+    ack(0, 2)
+    pause()
+    one_a_clock.append(acks(2, range(1, WORKERS)))
+    # ACKs that deliver nothing new
+    one_a_clock.append(acks(2, list(range(WORKERS)) * 2))
+    return fabric, frames, one_a_clock
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_back_to_back_acks(width):
+    """ACKs back to back decide as the model does; at 512 bits (an ACK is one beat) each takes one clock,
+    whether it advances its connection, releases a message, or delivers nothing new."""
+    fabric, frames, one_a_clock = back_to_back_acks()
+    model, last_beats = run_against_model(width, fabric, frames, idle=0, backpressure=0)
+    assert model["acks_seen"] == 15 and model["acks_ahead"] == 0 and model["drop_bad_icrc"] == 1
+    assert model["credits_sent"] == 3 * WORKERS         # the three messages released
+    if width == 512:
+        for run_ in one_a_clock:
+            clocks = [last_beats[i] for i in run_]
+            assert clocks == list(range(clocks[0], clocks[0] + len(clocks))), clocks

@@ -335,11 +335,11 @@ class StatusMonitor(wiring.Component):
         OldestRow = data.StructLayout({"message": range(J * K), "held": 1, "outside": N, "closed": N,
                                        "last": PSN_BITS * N, "delivered": PSN_BITS * N})
 
-        def oldest_message_row(job):
+        def oldest_message_row(job, delivered=delivered, name="oldest_row"):
             """What decides whether the job's oldest message is delivered (``OldestRow``): its index, whether
             the window holds it, and for each worker: outside the job, its part closed (a bit each), the part's
-            last PSN and what its connection has delivered through (24 bits each)."""
-            row = Signal(OldestRow, name="oldest_row")
+            last PSN and what its connection has delivered through (24 bits each, from ``delivered``)."""
+            row = Signal(OldestRow, name=name)
             oldest = job_oldest[job]
             message = job * K + oldest[:k_bits]
             # the message's parts, read as one row per message (one read, not one per worker)
@@ -380,10 +380,32 @@ class StatusMonitor(wiring.Component):
         ack_through = Signal(PSN_BITS)
         ack_delivers = Signal()
 
-        def ack_at_take(header):
+        def ack_psn(header):
+            """An ACK's PSN delivered through and whether it delivers at all."""
             nak = header.aeth_syndrome == _NAK_SEQUENCE
-            return [ack_through.eq(Mux(nak, header.bth_psn - 1, header.bth_psn)),
-                    ack_delivers.eq((header.aeth_syndrome[5:] == 0) | nak)]
+            return Mux(nak, header.bth_psn - 1, header.bth_psn), (header.aeth_syndrome[5:] == 0) | nak
+
+        def ack_at_take(header):
+            through_, delivers = ack_psn(header)
+            return [ack_through.eq(through_), ack_delivers.eq(delivers)]
+
+        def ack_moves(delivered_psn, sent_psn, through_, delivers):
+            """(advance, ahead) of an ACK through ``through_`` on a connection that has delivered through
+            ``delivered_psn``: it advances the connection, never past the newest result sent toward the
+            responder (``sent_psn``); beyond that it is "ahead", counted and ignored."""
+            moves = delivers & ~_not_behind(delivered_psn, through_)
+            return moves & _not_behind(sent_psn, through_), moves & ~_not_behind(sent_psn, through_)
+
+        def ack_releases(job, worker, through_, advance_, held, outside, closed, delivered_bits, last):
+            """Whether an ACK (of ``worker`` of ``job``, through ``through_``, advancing its connection or not)
+            makes the job's oldest message delivered to every worker (its results sent is checked at the
+            commit): the message is held, and each worker is outside the job or has closed its part and
+            delivered through its last PSN (``delivered_bits``), the ACK's own worker through the ACK's PSN
+            if it advances. A bounded-loss job's messages are released by their completion, never by an ACK."""
+            acked = Cat(*[Mux(advance_ & (worker == w), _not_behind(through_, last[PSN_BITS * w:][:PSN_BITS]),
+                              delivered_bits[w]) for w in range(N)])
+            return held & (outside | (closed & acked)).all() & ~job_lossy[job]
+        view_advance, view_ahead = ack_moves(delivered[conn], sent[conn], ack_through, ack_delivers)
         m.d.comb += [
             view_now.distance.eq(psn - expected[conn]),
             view_now.in_msg.eq(in_msg[conn]),
@@ -392,12 +414,7 @@ class StatusMonitor(wiring.Component):
             view_now.first_message.eq(conn_job * K + next_k[conn]),     # the message a first packet opens
             view_now.next_seq.eq(next_seq[conn]),
             # an ACK: the PSN it delivers through, and whether that advances its connection
-            view_now.through.eq(ack_through),
-            # (never past the newest result sent toward the responder: "ahead", counted and ignored)
-            view_now.advance.eq(ack_delivers & ~_not_behind(delivered[conn], ack_through)
-                                & _not_behind(sent[conn], ack_through)),
-            view_now.ahead.eq(ack_delivers & ~_not_behind(delivered[conn], ack_through)
-                              & ~_not_behind(sent[conn], ack_through)),
+            view_now.through.eq(ack_through), view_now.advance.eq(view_advance), view_now.ahead.eq(view_ahead),
         ]
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
         oldest_now = oldest_message_row(conn_job)
@@ -409,14 +426,9 @@ class StatusMonitor(wiring.Component):
         distance, msg_index, packet_index, in_slot = view.distance, view.msg_index, view.packet_index, view.slot
         first_message, through, advance = view.first_message, view.through, view.advance
 
-        # an ACK: whether the job's oldest message is then delivered to every worker (its results sent is
-        # checked at the commit), the ACK's own worker delivered through the ACK's PSN if it advances
-        acked_through = Cat(*[Mux(advance & (conn_worker == w),
-                                  _not_behind(through, view.last[PSN_BITS * w:][:PSN_BITS]), view.delivered[w])
-                              for w in range(N)])
         look_lossy = hm.data & job_lossy[conn_job]
-        # (a bounded-loss job's messages are released by their completion, never by an ACK)
-        look_releases = view.oldest_held & (view.outside | (view.closed & acked_through)).all() & ~job_lossy[conn_job]
+        look_releases = ack_releases(conn_job, conn_worker, through, advance, view.oldest_held, view.outside,
+                                     view.closed, view.delivered, view.last)
         m.d.comb += [
             look.control.eq(hm.control),
             look.plain.eq(~roce4),
@@ -456,6 +468,40 @@ class StatusMonitor(wiring.Component):
                      stateless_plan.refused.eq(taking.match.refused),
                      stateless_plan.plain.eq(~taking.header.roce | (taking.header.ip_version != 4)),
                      stateless_plan.stateless.eq(1)]
+
+        # Where a frame's header beats leave no clock to spare (512 bits), an ACK (one beat) is planned as its
+        # header is taken (``ack_plan``), so that back-to-back ACKs keep the line: from the state as the commit
+        # in the same clock leaves it. That commit's own ACK, where it advances its connection, is seen through
+        # (``ack_advancing``); if that ACK turns out dropped (``ack_dropped``), or the commit is a contribution of
+        # the same job (``contributing_now``: it writes the oldest message's parts and the connections' ``sent``),
+        # the plan is made again in LOOKUP, from the state written.
+        plans_acks_at_take = not self.registered_take
+        ack_plan = Signal(Plan)
+        ack_advancing = Signal()        # the commit in this clock is an ACK that advances ``plan.conn``
+        ack_dropped = Signal()          # ... and it is dropped after all (its last beat's facts)
+        contributing_now = Signal()     # the commit in this clock is a contribution of ``plan.job``
+        ack_replan = Signal()
+        if plans_acks_at_take:
+            head_conn = taking.match.conn
+            head_job, head_worker = Signal(job_bits), Signal(worker_bits)
+            head_through, head_delivers = ack_psn(taking.header)
+            m.d.comb += [head_job.eq(head_conn // N), head_worker.eq(head_conn % N)]
+            delivered_seen = Array(Signal(PSN_BITS, name=f"delivered_seen_{c}") for c in range(C))
+            m.d.comb += [delivered_seen[c].eq(Mux(ack_advancing & (plan.conn == c), plan.through, delivered[c]))
+                         for c in range(C)]
+            head_advance, head_ahead = ack_moves(delivered_seen[head_conn], sent[head_conn], head_through,
+                                                 head_delivers)
+            head_row = oldest_message_row(head_job, delivered_seen, name="head_oldest_row")
+            m.d.comb += [
+                ack_plan.ack.eq(1), ack_plan.conn.eq(head_conn), ack_plan.job.eq(head_job),
+                ack_plan.worker.eq(head_worker), ack_plan.through.eq(head_through),
+                ack_plan.advance.eq(head_advance), ack_plan.ahead.eq(head_ahead),
+                ack_plan.oldest_message.eq(head_row.message),
+                ack_plan.releases.eq(ack_releases(head_job, head_worker, head_through, head_advance, head_row.held,
+                                                  head_row.outside, head_row.closed,
+                                                  delivered_through_last(head_row), head_row.last)),
+                ack_replan.eq(ack_dropped | (contributing_now & (plan.job == head_job))),
+            ]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
         # any (the rare case, so it takes four more clocks: DUP_SEARCH registers each message slot's part of
@@ -1060,6 +1106,14 @@ class StatusMonitor(wiring.Component):
                 with m.If(~taken_header.match.data & ~taken_header.match.ack):
                     m.d.sync += [plan.eq(stateless_plan), agg_so_far.eq(1)]
                     m.next = "STREAM"
+                if plans_acks_at_take:
+                    # an ACK planned as it is taken (``ack_plan``), or again in LOOKUP
+                    with m.Elif(taken_header.match.ack):
+                        m.d.sync += [plan.eq(ack_plan), agg_so_far.eq(1)]
+                        with m.If(ack_replan):
+                            m.next = "LOOKUP"
+                        with m.Else():
+                            m.next = "STREAM"
                 with m.Else():
                     m.next = "LOOKUP_READ" if read_first else "LOOKUP"
 
@@ -1109,6 +1163,10 @@ class StatusMonitor(wiring.Component):
                 def intends(kind):
                     return outcome == Outcome[kind] if kind in outcomes else Const(0)
                 count("frames_in")
+                if "ACK" in outcomes:
+                    m.d.comb += [ack_advancing.eq(intends("ACK") & plan.advance),
+                                 ack_dropped.eq(intends("ACK") & plan.advance & ~needs("ACK", facts))]
+                m.d.comb += contributing_now.eq(intends("CONTRIBUTE"))
                 m.d.sync += [settling.eq(1), settled.eq(settled_now[id(facts)]),
                              release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
                 with m.If(happens_here("FORWARD", "FORWARD_GAP", "ACK")):
