@@ -11,7 +11,8 @@ per-connection, per-message and per-packet-slot state, one frame at a time:
 
 ``IDLE`` takes a header; ``LOOKUP`` plans the frame from the header, its match and the connection and slot
 state (registered; at 64 bits the connection's state is read into a registered view a clock before, in
-``LOOKUP_READ``; a frame of no connection skips both, its plan being its match); ``STREAM`` takes the payload
+``LOOKUP_READ``; a frame of no connection skips both, its plan being its match, and at 512 bits so does an ACK,
+planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload
 at one beat per clock into the packet ring (``ring_write``: frames that go on) or into the worker's bank of the
 slot memory (``slot_write``: contributions), checks the aggregation header lane by lane as it passes and keeps
 the first 64 bytes. The frame commits with its last beat; at 64 bits a frame of a connection commits in
