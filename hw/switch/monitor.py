@@ -25,7 +25,8 @@ bits it is loaded in ``TAKE``, the clock after, from the state alone, and behind
 that takes it on its last beat, its record and arrival load a clock later (``record_pending``), so that no
 late condition enables the registers a header loads; counters (``increments``) add two clocks later. Rare
 cases take clocks of their own: ``DUP_SEARCH``,
-``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN),
+``DUP_TEST``, ``DUP_PICK``, ``DUP_READ`` and ``DUP_CHECK`` (a retransmission: the held message that has its
+PSN, its packet slot and its length),
 ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
 management request from the manager, with a ``management`` address: checked and handed on
 ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
@@ -418,7 +419,16 @@ class StatusMonitor(wiring.Component):
             view_now.through.eq(ack_through), view_now.advance.eq(view_advance), view_now.ahead.eq(view_ahead),
         ]
         m.d.comb += view_now.slot.eq((conn_job * K + view_now.msg_index) * M + view_now.packet_index[:m_bits])
-        oldest_now = oldest_message_row(conn_job)
+        # the header's job, at the head of ``frames``
+        head_conn, head_job, head_worker = self.frames.payload.match.conn, Signal(job_bits), Signal(worker_bits)
+        m.d.comb += [head_job.eq(head_conn // N), head_worker.eq(head_conn % N)]
+        if self.registered_take:
+            # the job's oldest message's row, read as the header loads (in TAKE: no state is written in that
+            # clock or the next), compared in LOOKUP_READ
+            oldest_now = Signal(OldestRow, name="oldest_taken")
+            oldest_at_take = [oldest_now.eq(oldest_message_row(head_job))]
+        else:
+            oldest_now = oldest_message_row(conn_job)
         m.d.comb += [view_now.oldest_message.eq(oldest_now.message), view_now.oldest_held.eq(oldest_now.held),
                      view_now.outside.eq(oldest_now.outside), view_now.closed.eq(oldest_now.closed),
                      view_now.delivered.eq(delivered_through_last(oldest_now)), view_now.last.eq(oldest_now.last)]
@@ -483,10 +493,7 @@ class StatusMonitor(wiring.Component):
         contributing_now = Signal()     # the commit in this clock is a contribution of ``plan.job``
         ack_replan = Signal()
         if plans_acks_at_take:
-            head_conn = taking.match.conn
-            head_job, head_worker = Signal(job_bits), Signal(worker_bits)
             head_through, head_delivers = ack_psn(taking.header)
-            m.d.comb += [head_job.eq(head_conn // N), head_worker.eq(head_conn % N)]
             delivered_seen = Array(Signal(PSN_BITS, name=f"delivered_seen_{c}") for c in range(C))
             m.d.comb += [delivered_seen[c].eq(Mux(ack_advancing & (plan.conn == c), plan.through, delivered[c]))
                          for c in range(C)]
@@ -505,9 +512,10 @@ class StatusMonitor(wiring.Component):
             ]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
-        # any (the rare case, so it takes four more clocks: DUP_SEARCH registers each message slot's part of
+        # any (the rare case, so it takes five more clocks: DUP_SEARCH registers each message slot's part of
         # the worker, its PSN offset, whether it is held and started, closed, and its count; DUP_TEST tests
-        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot)
+        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot, DUP_CHECK
+        # compares the slot's length with the frame's)
         DupPart = data.StructLayout({"offset": PSN_BITS, "held": 1, "closed": 1, "count": ceil_log2(M + 1)})
         DupTest = data.StructLayout({"held": 1, "index0": 1, "index": m_bits})
         dup_parts_now = Signal(data.ArrayLayout(DupPart, K))
@@ -527,6 +535,7 @@ class StatusMonitor(wiring.Component):
                 dup_tests_now[k].index.eq(offset[:m_bits]),
             ]
         dup_found = Signal()
+        dup_length = Signal(16)     # the length of the packet slot found (DUP_READ)
         dup_index0 = Signal()
         dup_slot = Signal(slot_bits)
         for k in reversed(range(K)):        # (the first message slot that holds it)
@@ -1239,6 +1248,7 @@ class StatusMonitor(wiring.Component):
                     # (the frame at the head and its stamp are the decision's: only the monitor takes them;
                     # the decision is the one the previous clock would have loaded the header on)
                     load_header()
+                    m.d.sync += oldest_at_take
             with m.State("CONTROL_PARSE"):
                 m.d.sync += request.eq(parsed_request)
                 m.next = "CONTROL_CHECK"
@@ -1275,9 +1285,11 @@ class StatusMonitor(wiring.Component):
                              plan.dup_index0.eq(dup_index0)]
                 m.next = "DUP_READ"
             with m.State("DUP_READ"):
-                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]),
-                             plan.dup_same_length.eq(pk_len[plan.dup_slot] == length),
+                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]), dup_length.eq(pk_len[plan.dup_slot]),
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
+                m.next = "DUP_CHECK"
+            with m.State("DUP_CHECK"):
+                m.d.sync += plan.dup_same_length.eq(dup_length == length)
                 m.next = "STREAM"
             with m.State("STREAM"):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
