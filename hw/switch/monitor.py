@@ -10,10 +10,11 @@ per-connection, per-message and per-packet-slot state, one frame at a time:
 - ``payload``: the parser's payload stream with its verdicts, one beat a clock.
 
 ``IDLE`` takes a header; ``LOOKUP`` plans the frame from the header, its match and the connection and slot
-state (registered; at 64 bits the connection's state is read into a registered view a clock before, in
-``LOOKUP_READ``; a frame of no connection skips both, its plan being its match, and at 512 bits so does an ACK,
-planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload
-at one beat per clock into the packet ring (``ring_write``: frames that go on) or into the worker's bank of the
+state (registered; at 64 bits the job's oldest message's row is read as the header loads, in ``TAKE``, the
+connection's state into a registered view in ``LOOKUP_READ`` and the packet slot it points to in ``LOOKUP_SLOT``,
+each a clock before the next; a frame of no connection skips them, its plan being its match, and at 512 bits
+an ACK skips ``LOOKUP``, planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload at one beat
+per clock into the packet ring (``ring_write``: frames that go on) or into the worker's bank of the
 slot memory (``slot_write``: contributions), checks the aggregation header lane by lane as it passes and keeps
 the first 64 bytes. The frame commits with its last beat; at 64 bits a frame of a connection commits in
 ``COMMIT``, the clock after it, from the last beat's facts and intended outcome registered (``last_facts``,
@@ -146,10 +147,10 @@ class StatusMonitor(wiring.Component):
         self.slots = S = jobs * message_slots * message_packets
         # Where the own bytes of the shortest RoCE frame (Ethernet, IPv4, UDP, BTH, ICRC: 58) span two beats or
         # more, a frame of a connection leaves the monitor clocks to spare (docs: "Aggregation", the monitor):
-        # LOOKUP takes two clocks, and such a frame commits in a clock after its last beat (``registered_commit``)
+        # LOOKUP takes three clocks, and such a frame commits in a clock after its last beat (``registered_commit``)
         own_bytes = sum(header_bytes(t) for t in (ETH_HEADER, IPV4_HEADER, UDP_HEADER, BTH)) + ICRC_BYTES
         spare = own_bytes >= 2 * self.beat_bytes
-        self.lookup_clocks = 2 if spare else 1
+        self.lookup_clocks = 3 if spare else 1
         self.registered_commit = spare
         # there too, the next header is loaded in a clock of its own (TAKE), after the clock that decides it
         self.registered_take = spare
@@ -321,6 +322,7 @@ class StatusMonitor(wiring.Component):
             "dup_found": 1, "dup_slot": slot_bits, "dup_index0": 1, "dup_ready": 1, "dup_rslot": slot_bits + 1,
             "dup_same_length": 1,
             "stateless": 1,     # a frame of no connection: forwarded, dropped or a request (no state to write)
+            "forward_gap": 1,   # the frame goes on, if at all, as a gap's first packet (its PSN shifted back)
         })
         look = Signal(Plan)
         plan = Signal(Plan)
@@ -365,18 +367,20 @@ class StatusMonitor(wiring.Component):
 
         # LOOKUP reads the connection's state, then the message's and packet slot's that it points to. Where
         # the shortest RoCE frame's own bytes (headers and ICRC) span two beats or more, the monitor has
-        # clocks to spare between payloads, and the connection's view is registered in a clock of its own
-        # (LOOKUP_READ); at 512 bits a 17-beat frame has none to spare, and the view is read in LOOKUP.
+        # clocks to spare between payloads: the connection's view is registered in a clock of its own
+        # (LOOKUP_READ), and what the view points to, the packet slot and the message a first packet opens, in
+        # the next (LOOKUP_SLOT, ``SlotView``); at 512 bits a 17-beat frame has none to spare, and both are read
+        # in LOOKUP.
         ConnView = data.StructLayout({
             "distance": PSN_BITS, "in_msg": 1, "msg_index": k_bits, "packet_index": 24, "slot": slot_bits,
             "first_message": range(J * K), "next_seq": 32, "through": PSN_BITS, "advance": 1, "ahead": 1,
             # the job's oldest message, and what each worker's connection has acknowledged of it
             "oldest_message": range(J * K), "oldest_held": 1, "outside": N, "closed": N, "delivered": N,
-            "last": PSN_BITS * N,
+            "covers": N,        # the ACK's own PSN covers each worker's last PSN (``covering``)
         })
         view_now = Signal(ConnView)
         view = Signal(ConnView)
-        read_first = self.lookup_clocks == 2
+        read_first = self.lookup_clocks > 1
         # an ACK's PSN delivered through (its own, one less for a NAK) and whether it delivers at all, registered
         # when its header is taken (``ack_at_take``)
         ack_through = Signal(PSN_BITS)
@@ -398,14 +402,18 @@ class StatusMonitor(wiring.Component):
             moves = delivers & ~_not_behind(delivered_psn, through_)
             return moves & _not_behind(sent_psn, through_), moves & ~_not_behind(sent_psn, through_)
 
-        def ack_releases(job, worker, through_, advance_, held, outside, closed, delivered_bits, last):
-            """Whether an ACK (of ``worker`` of ``job``, through ``through_``, advancing its connection or not)
-            makes the job's oldest message delivered to every worker (its results sent is checked at the
-            commit): the message is held, and each worker is outside the job or has closed its part and
-            delivered through its last PSN (``delivered_bits``), the ACK's own worker through the ACK's PSN
-            if it advances. A bounded-loss job's messages are released by their completion, never by an ACK."""
-            acked = Cat(*[Mux(advance_ & (worker == w), _not_behind(through_, last[PSN_BITS * w:][:PSN_BITS]),
-                              delivered_bits[w]) for w in range(N)])
+        def covering(through_, last):
+            """For each worker (a bit each): an ACK through ``through_`` covers its part's ``last`` PSN."""
+            return Cat(*[_not_behind(through_, psn_) for psn_ in psns(last)])
+
+        def ack_releases(job, worker, advance_, held, outside, closed, delivered_bits, covers):
+            """Whether an ACK (of ``worker`` of ``job``, advancing its connection or not) makes the job's oldest
+            message delivered to every worker (its results sent is checked at the commit): the message is
+            held, and each worker is outside the job or has closed its part and delivered through its last
+            PSN (``delivered_bits``), the ACK's own worker through the ACK's PSN if it advances (``covers``,
+            of ``covering``). A bounded-loss job's messages are released by their completion, never by an
+            ACK."""
+            acked = Cat(*[Mux(advance_ & (worker == w), covers[w], delivered_bits[w]) for w in range(N)])
             return held & (outside | (closed & acked)).all() & ~job_lossy[job]
         view_advance, view_ahead = ack_moves(delivered[conn], sent[conn], ack_through, ack_delivers)
         m.d.comb += [
@@ -431,15 +439,29 @@ class StatusMonitor(wiring.Component):
             oldest_now = oldest_message_row(conn_job)
         m.d.comb += [view_now.oldest_message.eq(oldest_now.message), view_now.oldest_held.eq(oldest_now.held),
                      view_now.outside.eq(oldest_now.outside), view_now.closed.eq(oldest_now.closed),
-                     view_now.delivered.eq(delivered_through_last(oldest_now)), view_now.last.eq(oldest_now.last)]
+                     view_now.delivered.eq(delivered_through_last(oldest_now)),
+                     view_now.covers.eq(covering(ack_through, oldest_now.last))]
         if not read_first:
             m.d.comb += view.eq(view_now)
         distance, msg_index, packet_index, in_slot = view.distance, view.msg_index, view.packet_index, view.slot
         first_message, through, advance = view.first_message, view.through, view.advance
 
+        # the packet slot the view points to, and whether a first packet's message may open (a credit: its
+        # message slot is free or holds it, and it is within the job's window)
+        SlotView = data.StructLayout({"bitmap": N, "length": 16, "gen": 1, "credit_ok": 1})
+        slot_view_now = Signal(SlotView)
+        slot_view = Signal(SlotView)
+        m.d.comb += [
+            slot_view_now.bitmap.eq(pk_bitmap[in_slot]), slot_view_now.length.eq(pk_len[in_slot]),
+            slot_view_now.gen.eq(pk_gen[in_slot]),
+            slot_view_now.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != view.next_seq))
+                                                 & ((view.next_seq - job_oldest[conn_job])[:32] < K))),
+        ]
+        if not read_first:
+            m.d.comb += slot_view.eq(slot_view_now)
         look_lossy = hm.data & job_lossy[conn_job]
-        look_releases = ack_releases(conn_job, conn_worker, through, advance, view.oldest_held, view.outside,
-                                     view.closed, view.delivered, view.last)
+        look_releases = ack_releases(conn_job, conn_worker, advance, view.oldest_held, view.outside,
+                                     view.closed, view.delivered, view.covers)
         m.d.comb += [
             look.control.eq(hm.control),
             look.plain.eq(~roce4),
@@ -455,17 +477,18 @@ class StatusMonitor(wiring.Component):
             look.seq_ok.eq(first == ~view.in_msg),
             look.first.eq(first),
             look.last.eq(Cat(*[opcode == op for op in _LAST_OPCODES]).any()),
+            # (``decide_from_plan``'s FORWARD_GAP, from the plan alone: its header record is chosen by a register)
+            look.forward_gap.eq(~hm.control & roce4 & ~hm.ack & hm.data & look.write_op & ~look_lossy & look.gap),
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
-            look.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != view.next_seq))
-                                        & ((view.next_seq - job_oldest[conn_job])[:32] < K))),
+            look.credit_ok.eq(slot_view.credit_ok),
             look.length_ok.eq(((packet_index < M) | look_lossy) & (h.bth_pad == 0) & (length[:2] == 0)
                               & (length <= job_mtu[conn_job])),
             # the packet slot: it takes this length (empty, or holding packets of the same length), the
             # bitmap with this worker, whether that completes it, and its result slot
-            look.slot_fits.eq((pk_bitmap[in_slot] == 0) | (pk_len[in_slot] == length)),
-            look.bitmap.eq(pk_bitmap[in_slot] | (Const(1, N) << conn_worker)),
-            look.full.eq((pk_bitmap[in_slot] | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
-            look.rslot.eq(Cat(pk_gen[in_slot], in_slot)),
+            look.slot_fits.eq((slot_view.bitmap == 0) | (slot_view.length == length)),
+            look.bitmap.eq(slot_view.bitmap | (Const(1, N) << conn_worker)),
+            look.full.eq((slot_view.bitmap | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
+            look.rslot.eq(Cat(slot_view.gen, in_slot)),
             look.job_id.eq(job_id[conn_job]), look.seq.eq(view.next_seq),
             look.through.eq(through), look.advance.eq(advance), look.ahead.eq(view.ahead),
             look.releases.eq(look_releases), look.oldest_message.eq(view.oldest_message),
@@ -505,9 +528,10 @@ class StatusMonitor(wiring.Component):
                 ack_plan.worker.eq(head_worker), ack_plan.through.eq(head_through),
                 ack_plan.advance.eq(head_advance), ack_plan.ahead.eq(head_ahead),
                 ack_plan.oldest_message.eq(head_row.message),
-                ack_plan.releases.eq(ack_releases(head_job, head_worker, head_through, head_advance, head_row.held,
+                ack_plan.releases.eq(ack_releases(head_job, head_worker, head_advance, head_row.held,
                                                   head_row.outside, head_row.closed,
-                                                  delivered_through_last(head_row), head_row.last)),
+                                                  delivered_through_last(head_row),
+                                                  covering(head_through, head_row.last))),
                 ack_replan.eq(ack_dropped | (contributing_now & (plan.job == head_job))),
             ]
 
@@ -888,7 +912,7 @@ class StatusMonitor(wiring.Component):
         m.d.comb += [own_bytes.eq(window_now[:8 * OWN_BYTES]), forward_beats.eq(beat_index + 1)]
         m.d.comb += [
             shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
-            headers.w_data.eq(Mux(intended == Outcome.FORWARD_GAP, shifted, h)),
+            headers.w_data.eq(Mux(plan.forward_gap, shifted, h)),
             hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(stored_header(h)), hs_w.data.own.eq(own_bytes),
             unsent_add_at.eq(plan.job * K + plan.k),
             new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
@@ -926,9 +950,13 @@ class StatusMonitor(wiring.Component):
         probe_worker = Signal(worker_bits)
         probe_now = Signal(Probe)
         probe = Signal(Probe)
+        # (with the probe, the upper bits of the message after the job's oldest's block of K: ``high_next`` below)
+        probe_next_high = Signal(32 - k_bits)
+
         # (the probe's message, registered: at a contribution's last beat, and in CONTROL_CHECK for a request)
         def probe_for(job, seq, worker):
-            return [probe_job.eq(job), probe_seq.eq(seq), probe_worker.eq(worker)]
+            return [probe_job.eq(job), probe_seq.eq(seq), probe_worker.eq(worker),
+                    probe_next_high.eq(job_oldest[job][k_bits:] + 1)]
         probe_k = probe_seq[:k_bits]
         probe_message = probe_job * K + probe_k
         probe_slot = lossy_slot(probe_job, probe_k)
@@ -956,7 +984,9 @@ class StatusMonitor(wiring.Component):
         for k in range(K):
             seq_high = msg_seq[probe_job * K + k][k_bits:]
             m.d.comb += [high_same[k].eq(seq_high == oldest_high),
-                         high_next[k].eq(seq_high == (oldest_high + 1)[:32 - k_bits])]
+                         high_next[k].eq(seq_high == probe_next_high)]
+        distance_low = Signal(k_bits, name="probe_distance_low")
+        m.d.comb += distance_low.eq(probe_seq[:k_bits] - probe_oldest[:k_bits])
         for k in range(K):
             position = Signal(k_bits, name=f"probe_position_{k}")
             m.d.comb += position.eq(k - probe_oldest[:k_bits])
@@ -966,8 +996,9 @@ class StatusMonitor(wiring.Component):
                                                                              high_next[k], high_same[k])
             else:       # (one message slot: no bounded-loss job)
                 holds_window_message = msg_seq[message] == probe_oldest + position
-            # (``position <= probe_distance``, position < K: no 32-bit comparison after the subtraction)
-            up_to = (probe_distance[k_bits:] != 0) | (position <= probe_distance[:k_bits])
+            # (``position <= probe_distance``; the openings count only where the message is in the window,
+            # ``probe.in_window``: its distance is below K, and its low bits alone decide)
+            up_to = position <= distance_low
             m.d.comb += probe_now.opens[k].eq((position < W_lossy) & up_to
                                               & ~(msg_busy[message] & holds_window_message))
 
@@ -1140,14 +1171,20 @@ class StatusMonitor(wiring.Component):
                         load_header()
 
             # each worker's own PSN of the packet slot that a contribution fills (its connection's ``sent``
-            # then), built once for the states that commit
+            # then), built once for the states that commit; where the commit has a clock of its own
+            # (``registered_commit``), registered while the payload streams (the plan and the parts' first
+            # PSNs hold until the commit)
             own_psn = [[Signal(PSN_BITS, name=f"own_psn_{jj}_{v}") for v in range(N)] for jj in range(J)]
             first_rows = Array(Cat(*[wk_first[i * N + v] for v in range(N)]) for i in range(J * K))
+            own_psn_in_stream = []
             for jj in range(J):
                 firsts = first_rows[jj * K + plan.k]
                 for v in range(N):
-                    m.d.comb += own_psn[jj][v].eq(Mux(plan.worker == v, psn,
-                                                      firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index))
+                    value = Mux(plan.worker == v, psn, firsts[v * PSN_BITS:(v + 1) * PSN_BITS] + plan.index)
+                    if self.registered_commit:
+                        own_psn_in_stream.append(own_psn[jj][v].eq(value))
+                    else:
+                        m.d.comb += own_psn[jj][v].eq(value)
 
             def take_header_at_once():
                 """Where a frame of no connection commits on its last beat: load the next header in this
@@ -1267,6 +1304,9 @@ class StatusMonitor(wiring.Component):
             if read_first:
                 with m.State("LOOKUP_READ"):
                     m.d.sync += view.eq(view_now)
+                    m.next = "LOOKUP_SLOT"
+                with m.State("LOOKUP_SLOT"):
+                    m.d.sync += slot_view.eq(slot_view_now)
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
                 m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq, look.lossy)]
@@ -1301,6 +1341,7 @@ class StatusMonitor(wiring.Component):
                     Mux(plan.stateless,
                         (~unrefused | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
                         (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
+                m.d.sync += own_psn_in_stream
                 with m.If(self.payload.valid & self.payload.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
                                  *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
