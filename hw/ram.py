@@ -46,17 +46,12 @@ class BlockRAMFIFO(Elaboratable):
     16 carry cells and 19 flip-flops beside 3 DP16KD, against 145, 12 and 227 as a ``SyncFIFOBuffered``).
 
     No collision: the memory is written at ``produce`` and read at ``consume``; they are equal only when
-    the memory is empty (then nothing is read) or full (then nothing is written).
+    the memory is empty (then nothing is read) or full (then nothing is written)."""
 
-    ``registered_write``: a word taken is held in a register (its data taken every clock, whatever ``w_en``)
-    and written into the memory a clock later, so that nothing but a register drives the memory's write
-    port (a wide FIFO's block RAMs spread over the device); ``level`` and ``w_rdy`` count that word, and it
-    comes out a clock later than without."""
-
-    def __init__(self, *, width, depth, registered_write=False):
+    def __init__(self, *, width, depth):
         if depth < 3:
             raise ValueError(f"a BlockRAMFIFO holds at least 3 entries, not {depth}")
-        self.width, self.depth, self.registered_write = width, depth, registered_write
+        self.width, self.depth = width, depth
         self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
         self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
         self.level = Signal(range(depth + 1))
@@ -69,18 +64,13 @@ class BlockRAMFIFO(Elaboratable):
         produce, consume = Signal(range(inner)), Signal(range(inner))
         stored = Signal(range(inner + 1))
         do_write, do_read = Signal(), Signal()
-        if self.registered_write:
-            pending, pending_data = Signal(), Signal(self.width)     # the word taken a clock ago
-            m.d.sync += [pending.eq(self.w_en & self.w_rdy), pending_data.eq(self.w_data)]
-            m.d.comb += [self.w_rdy.eq(stored + pending < inner), do_write.eq(pending),
-                         write.data.eq(pending_data), self.level.eq(stored + pending + self.r_rdy)]
-        else:
-            m.d.comb += [self.w_rdy.eq(stored != inner), do_write.eq(self.w_en & self.w_rdy),
-                         write.data.eq(self.w_data), self.level.eq(stored + self.r_rdy)]
         m.d.comb += [
+            self.w_rdy.eq(stored != inner),
+            do_write.eq(self.w_en & self.w_rdy),
             do_read.eq((stored != 0) & (~self.r_rdy | self.r_en)),
-            write.addr.eq(produce), write.en.eq(do_write),
+            write.addr.eq(produce), write.data.eq(self.w_data), write.en.eq(do_write),
             read.addr.eq(consume),
+            self.level.eq(stored + self.r_rdy),
         ]
         with m.If(do_write):
             m.d.sync += produce.eq(increment(produce, inner))

@@ -55,47 +55,6 @@ def test_block_ram_fifo_behaves_as_sync_fifo_buffered(depth, seed):
     assert len(read_back) > 1000
 
 
-@pytest.mark.parametrize("depth", [3, 4, 64])
-@pytest.mark.parametrize("seed", [1, 2])
-def test_block_ram_fifo_with_its_write_registered(depth, seed):
-    """``registered_write``: the FIFO behaves as ``SyncFIFOBuffered`` fed each word it took a clock later:
-    the same words out at the same clocks, ``level`` one more while a word is in the register, and never a
-    word taken that the reference could not take a clock later."""
-    m = Module()
-    m.submodules.ours = ours = BlockRAMFIFO(width=12, depth=depth, registered_write=True)
-    m.submodules.reference = reference = SyncFIFOBuffered(width=12, depth=depth)
-    rng = random.Random(seed)
-    read_back = []
-
-    async def testbench(ctx):
-        word, taken = 0, None       # ``taken``: the word ours took in the clock before, if any
-        for clock in range(3000):
-            phase = (clock // 200) % 3
-            w_en = rng.random() < (0.9, 0.3, 0.6)[phase]
-            r_en = rng.random() < (0.3, 0.9, 0.6)[phase]
-            ctx.set(ours.w_en, w_en)
-            ctx.set(ours.w_data, word)
-            ctx.set(reference.w_en, taken is not None)
-            ctx.set(reference.w_data, taken or 0)
-            for fifo in (ours, reference):
-                ctx.set(fifo.r_en, r_en)
-            if taken is not None:
-                assert ctx.get(reference.w_rdy), clock
-            for port in ("r_rdy", "r_data"):
-                assert ctx.get(getattr(ours, port)) == ctx.get(getattr(reference, port)), (clock, port)
-            assert ctx.get(ours.level) == ctx.get(reference.level) + (taken is not None), clock
-            taken = None
-            if w_en and ctx.get(ours.w_rdy):
-                taken, word = word, (word + 1) % 4096
-            if r_en and ctx.get(ours.r_rdy):
-                read_back.append(ctx.get(ours.r_data))
-            await ctx.tick()
-
-    simulate(m, testbench)
-    assert read_back == [i % 4096 for i in range(len(read_back))]
-    assert len(read_back) > 900
-
-
 def test_a_block_ram_fifo_holds_three_entries_at_least():
     with pytest.raises(ValueError, match="at least 3"):
         BlockRAMFIFO(width=8, depth=2)

@@ -282,11 +282,9 @@ class StatusMonitor(wiring.Component):
         # on; ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
         Descriptor, frame_beats, ring_bits = self.Descriptor, self.frame_beats, self.ring_bits
         FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
-        # (in block RAM: 64 header records of 968 bits; each entry is registered before it is written, so that
-        # the commit's write enables reach one register, not the two dozen block RAMs of the header records)
-        m.submodules.descriptors = descriptors = BlockRAMFIFO(width=Descriptor.size, depth=64,
-                                                              registered_write=True)
-        m.submodules.headers = headers = BlockRAMFIFO(width=ParsedHeader.size, depth=64, registered_write=True)
+        # (in block RAM: 64 header records of 968 bits)
+        m.submodules.descriptors = descriptors = BlockRAMFIFO(width=Descriptor.size, depth=64)
+        m.submodules.headers = headers = BlockRAMFIFO(width=ParsedHeader.size, depth=64)
         fifo_to_stream(m, descriptors, self.descriptors)
         fifo_to_stream(m, headers, self.headers)
         request_layout = self.sum_requests.payload.shape()
