@@ -26,8 +26,8 @@ bits it is loaded in ``TAKE``, the clock after, from the state alone, and behind
 that takes it on its last beat, its record and arrival load a clock later (``record_pending``), so that no
 late condition enables the registers a header loads; counters (``increments``) add two clocks later. Rare
 cases take clocks of their own: ``DUP_SEARCH``,
-``DUP_TEST``, ``DUP_PICK``, ``DUP_READ`` and ``DUP_CHECK`` (a retransmission: the held message that has its
-PSN, its packet slot and its length),
+``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN, and its packet
+slot; at 64 bits it is planned in ``LOOKUP_SLOT``, and its slot's length is compared as its payload streams),
 ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
 management request from the manager, with a ``management`` address: checked and handed on
 ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
@@ -538,8 +538,8 @@ class StatusMonitor(wiring.Component):
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
         # any (the rare case, so it takes five more clocks: DUP_SEARCH registers each message slot's part of
         # the worker, its PSN offset, whether it is held and started, closed, and its count; DUP_TEST tests
-        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot, DUP_CHECK
-        # compares the slot's length with the frame's)
+        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot; at 64 bits the
+        # slot's length is compared with the frame's while the payload streams)
         DupPart = data.StructLayout({"offset": PSN_BITS, "held": 1, "closed": 1, "count": ceil_log2(M + 1)})
         DupTest = data.StructLayout({"held": 1, "index0": 1, "index": m_bits})
         dup_parts_now = Signal(data.ArrayLayout(DupPart, K))
@@ -1301,19 +1301,29 @@ class StatusMonitor(wiring.Component):
                 m.d.comb += managing.eq(1)
                 with m.If(room & agent_ready):
                     commit(0, last_facts, intended, ("MANAGE",))
+            retransmission = look.data & ~look.lossy & look.write_op & look.behind
+
+            def plan_frame():
+                """Register the plan and go on: a retransmission to the duplicate search, else to its payload."""
+                m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq, look.lossy)]
+                with m.If(retransmission):
+                    m.next = "DUP_SEARCH"
+                with m.Else():
+                    m.next = "STREAM"
             if read_first:
                 with m.State("LOOKUP_READ"):
                     m.d.sync += view.eq(view_now)
                     m.next = "LOOKUP_SLOT"
                 with m.State("LOOKUP_SLOT"):
                     m.d.sync += slot_view.eq(slot_view_now)
-                    m.next = "LOOKUP"
+                    # (a retransmission's plan needs no packet slot read: planned here, so that with the
+                    # duplicate search it takes no more clocks than its header beats leave)
+                    with m.If(retransmission):
+                        plan_frame()
+                    with m.Else():
+                        m.next = "LOOKUP"
             with m.State("LOOKUP"):
-                m.d.sync += [plan.eq(look), agg_so_far.eq(1), *expect_beat(0, look.job_id, look.seq, look.lossy)]
-                with m.If(look.data & ~look.lossy & look.write_op & look.behind):
-                    m.next = "DUP_SEARCH"
-                with m.Else():
-                    m.next = "STREAM"
+                plan_frame()
             with m.State("DUP_SEARCH"):
                 m.d.sync += dup_parts.eq(dup_parts_now)
                 m.next = "DUP_TEST"
@@ -1327,10 +1337,11 @@ class StatusMonitor(wiring.Component):
             with m.State("DUP_READ"):
                 m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]), dup_length.eq(pk_len[plan.dup_slot]),
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
-                m.next = "DUP_CHECK"
-            with m.State("DUP_CHECK"):
-                m.d.sync += plan.dup_same_length.eq(dup_length == length)
-                m.next = "STREAM"
+                if self.registered_commit:
+                    m.next = "STREAM"       # (the length compared while the payload streams)
+                else:
+                    m.d.sync += plan.dup_same_length.eq(pk_len[plan.dup_slot] == length)
+                    m.next = "STREAM"
             with m.State("STREAM"):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
                 # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
@@ -1342,6 +1353,8 @@ class StatusMonitor(wiring.Component):
                         (~unrefused | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
                         (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
                 m.d.sync += own_psn_in_stream
+                if self.registered_commit:      # a duplicate's packet slot holds its length (read in DUP_READ)
+                    m.d.sync += plan.dup_same_length.eq(dup_length == length)
                 with m.If(self.payload.valid & self.payload.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
                                  *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
