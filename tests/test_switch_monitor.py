@@ -12,6 +12,9 @@ against the model fed the same frames:
 - the frames the descriptors stand for, in order, by kind (a frame that goes on, a sum to a receiver, a
   CREDIT), against the model's frames out;
 - one sum request for each RESULTS descriptor that is not a resend, with the contributors' mask.
+
+A second scenario acknowledges the reliable job's messages with ACKs back to back (no idle clock), the same
+checks; at 512 bits, where an ACK is one beat, each run of ACKs must take one clock an ACK.
 """
 
 import random

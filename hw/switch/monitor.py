@@ -27,7 +27,7 @@ that takes it on its last beat, its record and arrival load a clock later (``rec
 late condition enables the registers a header loads; counters (``increments``) add two clocks later. Rare
 cases take clocks of their own: ``DUP_SEARCH``,
 ``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN, and its packet
-slot; at 64 bits it is planned in ``LOOKUP_SLOT``, and its slot's length is compared as its payload streams),
+slot; at 64 bits it is planned in ``LOOKUP_SLOT``),
 ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
 management request from the manager, with a ``management`` address: checked and handed on
 ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
@@ -538,8 +538,8 @@ class StatusMonitor(wiring.Component):
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
         # any (the rare case, so it takes five more clocks: DUP_SEARCH registers each message slot's part of
         # the worker, its PSN offset, whether it is held and started, closed, and its count; DUP_TEST tests
-        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot; at 64 bits the
-        # slot's length is compared with the frame's while the payload streams)
+        # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot and compares its
+        # length with the frame's)
         DupPart = data.StructLayout({"offset": PSN_BITS, "held": 1, "closed": 1, "count": ceil_log2(M + 1)})
         DupTest = data.StructLayout({"held": 1, "index0": 1, "index": m_bits})
         dup_parts_now = Signal(data.ArrayLayout(DupPart, K))
@@ -559,7 +559,6 @@ class StatusMonitor(wiring.Component):
                 dup_tests_now[k].index.eq(offset[:m_bits]),
             ]
         dup_found = Signal()
-        dup_length = Signal(16)     # the length of the packet slot found (DUP_READ)
         dup_index0 = Signal()
         dup_slot = Signal(slot_bits)
         for k in reversed(range(K)):        # (the first message slot that holds it)
@@ -1335,13 +1334,10 @@ class StatusMonitor(wiring.Component):
                              plan.dup_index0.eq(dup_index0)]
                 m.next = "DUP_READ"
             with m.State("DUP_READ"):
-                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]), dup_length.eq(pk_len[plan.dup_slot]),
+                m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]),
+                             plan.dup_same_length.eq(pk_len[plan.dup_slot] == length),
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
-                if self.registered_commit:
-                    m.next = "STREAM"       # (the length compared while the payload streams)
-                else:
-                    m.d.sync += plan.dup_same_length.eq(pk_len[plan.dup_slot] == length)
-                    m.next = "STREAM"
+                m.next = "STREAM"
             with m.State("STREAM"):
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
                 # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
@@ -1353,8 +1349,6 @@ class StatusMonitor(wiring.Component):
                         (~unrefused | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
                         (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
                 m.d.sync += own_psn_in_stream
-                if self.registered_commit:      # a duplicate's packet slot holds its length (read in DUP_READ)
-                    m.d.sync += plan.dup_same_length.eq(dup_length == length)
                 with m.If(self.payload.valid & self.payload.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
                                  *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
