@@ -536,7 +536,7 @@ class StatusMonitor(wiring.Component):
             ]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
-        # any (the rare case, so it takes five more clocks: DUP_SEARCH registers each message slot's part of
+        # any (the rare case, so it takes four more clocks: DUP_SEARCH registers each message slot's part of
         # the worker, its PSN offset, whether it is held and started, closed, and its count; DUP_TEST tests
         # them, DUP_PICK takes the first that holds the PSN, DUP_READ reads its packet slot and compares its
         # length with the frame's)
@@ -1209,10 +1209,11 @@ class StatusMonitor(wiring.Component):
                 def intends(kind):
                     return outcome == Outcome[kind] if kind in outcomes else Const(0)
                 count("frames_in")
-                if "ACK" in outcomes:
-                    m.d.comb += [ack_advancing.eq(intends("ACK") & plan.advance),
-                                 ack_dropped.eq(intends("ACK") & plan.advance & ~needs("ACK", facts))]
-                m.d.comb += contributing_now.eq(intends("CONTRIBUTE"))
+                if plans_acks_at_take:      # (what an ACK taken in this clock must see of this commit)
+                    if "ACK" in outcomes:
+                        m.d.comb += [ack_advancing.eq(intends("ACK") & plan.advance),
+                                     ack_dropped.eq(intends("ACK") & plan.advance & ~needs("ACK", facts))]
+                    m.d.comb += contributing_now.eq(intends("CONTRIBUTE"))
                 m.d.sync += [settling.eq(1), settled.eq(settled_now[id(facts)]),
                              release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
                 with m.If(happens_here("FORWARD", "FORWARD_GAP", "ACK")):
