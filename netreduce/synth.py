@@ -16,9 +16,10 @@ in the real design, where the component sits between other pipelined stages; not
 nothing can be optimized away. The clock is the only timed clock (``clk``, constrained to
 ``freq_mhz``). The harness adds about one flip-flop per input and output bit and a few LUTs per
 output bit, which is why the resources of the component alone are counted separately: ``luts``,
-``ffs``, ``dsps`` and ``brams`` come from synthesizing the component by itself (Yosys ``stat`` after
-``synth_ecp5``; a carry cell CCU2C counts as two LUT4s), and the ``placed_*`` figures are nextpnr's
-for the whole harness.
+``ffs``, ``dsps`` and ``brams`` are those of the component's own module, which Yosys keeps whole while
+``synth_ecp5`` maps the harness (``stat``; a carry cell CCU2C counts as two LUT4s), before the netlist is
+flattened for nextpnr (one synthesis, :func:`harness_script`); the ``placed_*`` figures are nextpnr's for
+the whole harness.
 """
 
 import json
@@ -35,7 +36,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Harness", "synth_ecp5", "critical_path", "synth_xilinx_estimate", "native_yosys", "run_yosys",
-           "run_nextpnr_ecp5", "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
+           "run_nextpnr_ecp5", "harness_script", "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
 
 ECP5_DEVICES = ("12k", "25k", "45k", "85k", "um-25k", "um-45k", "um-85k", "um5g-25k", "um5g-45k",
                 "um5g-85k")
@@ -309,6 +310,22 @@ def _safe_name(name):
     return name
 
 
+def harness_script(top):
+    """The Yosys script that synthesizes the harness ``top`` (Verilog in ``<top>.v``) for the ECP5: its
+    component (``<top>.dut``) kept whole while ``synth_ecp5`` maps it, its cells counted into
+    ``<top>_stat.json``, then the whole flattened into ``<top>.json`` for nextpnr. One synthesis gives both
+    the component's resources and the netlist to place (the component alone, synthesized a second time,
+    took as long again: 20 minutes for the switch). Yosys 0.70's ``flatten`` leaves ``$scopeinfo`` cells,
+    which nextpnr does not know: they go."""
+    return (f"read_verilog {top}.v\n{AFTER_READ}"
+            f"setattr -mod -set keep_hierarchy 1 {top}.dut\n"
+            f"synth_ecp5 -top {top}\n"
+            f"tee -q -o {top}_stat.json stat -json\n"
+            f"setattr -mod -unset keep_hierarchy {top}.dut\n"
+            f"flatten\ndelete t:$scopeinfo\nopt_clean\n"
+            f"write_json {top}.json\n")
+
+
 def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA381", speed=8,
                seed=1, work_dir=None, out_pins=8, route=True, placer="heap", router="router1"):
     """Fmax and resources of ``component`` on a Lattice ECP5 (open flow).
@@ -332,19 +349,15 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     start = time.monotonic()
     work = _work_dir(name, work_dir)
 
-    # the component alone, for its own resources
-    (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
-    run_yosys(f"read_verilog {name}.v\n{AFTER_READ}synth_ecp5 -top {name}\ntee -q -o {name}_stat.json stat -json\n",
-              work, log="yosys_dut.log")
-    cells = _stat_cells(work / f"{name}_stat.json", name)
-
-    # the harness, for timing
+    # one synthesis: the harness, with the component kept as a module of its own while Yosys maps it (so that
+    # its cells are counted as if synthesized alone: nothing of the harness is optimized into it), then
+    # flattened for nextpnr
     harness = Harness(component, out_pins=out_pins)
     top = f"{name}_harness"
     text = verilog.convert(harness, name=top, ports=[harness.sin, harness.sout], emit_src=False)
     (work / f"{top}.v").write_text(text)
-    run_yosys(f"read_verilog {top}.v\n{AFTER_READ}synth_ecp5 -top {top} -json {top}.json\n", work,
-              log="yosys_harness.log")
+    run_yosys(harness_script(top), work, log="yosys_harness.log")
+    cells = _stat_cells(work / f"{top}_stat.json", f"{top}.dut")
     run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
                       "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
                       "--timing-allow-fail", "--placer", placer, "--router", router,

