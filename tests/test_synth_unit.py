@@ -190,7 +190,7 @@ def test_one_synthesis_counts_the_component_as_if_alone_and_flattens_for_nextpnr
     import json
 
     from amaranth.back import verilog
-    from amaranth.hdl import Module, Signal
+    from amaranth.hdl import Module
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
