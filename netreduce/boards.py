@@ -25,7 +25,8 @@ BOARDS = {
     # the LFE5UM-45F: a worker on each of its two ports (the general board defaults pack into 112 % of its
     # logic cells, these into 85 %: docs/ARCHITECTURE.md, "Boards")
     "versa-ecp5": Board("amaranth_boards.versa_ecp5:VersaECP5Platform", 2, "clk100", 100_000_000,
-                        switch_defaults=(("workers", 2), ("forwarding_entries", 4), ("egress_queues", 2))),
+                        switch_defaults=(("workers", 2), ("forwarding_entries", 4), ("egress_queues", 2),
+                                         ("bounded_loss", False))),
     "butterstick": Board("amaranth_boards.butterstick:ButterStickPlatform", 1, "clk30", 30_000_000),
     "ecpix5-85": Board("amaranth_boards.ecpix5:ECPIX585Platform", 1, "clk100", 100_000_000),
 }

@@ -208,6 +208,7 @@ class SwitchConfig:
     default_port: int = 0
     max_frame: int = 9216                              # longest payload stream (whole frame if not RoCE)
     ipv6: bool = True                                  # RoCE over IPv6 is parsed (the build's ``ipv6``)
+    bounded_loss: bool = True                          # the build has the bounded-loss class (``bounded_loss``)
     jobs: list = field(default_factory=list)           # JobConfig
     connections: list = field(default_factory=list)    # ConnectionConfig
 
@@ -216,6 +217,11 @@ class SwitchConfig:
 
     def __post_init__(self):
         self._forwarding = {mac_to_int(mac): port for mac, port in self.forwarding.items()}
+        if not self.bounded_loss:
+            for job in self.jobs:
+                if job.lossy:
+                    raise ValueError(f"job {job.job} is bounded-loss, and the build has no bounded-loss class "
+                                     "(bounded_loss=False)")
         for port in list(self._forwarding.values()) + [self.default_port]:
             if not 0 <= port < self.ports:
                 raise ValueError(f"port {port} is not one of the {self.ports} ports")
@@ -361,7 +367,8 @@ class SwitchModel:
     def managed(cls, build, management):
         """The switch of build ``build`` (``NetReduceSwitch.parameters``) as it leaves reset, configured only
         through management packets from the manager of ``management`` (a ``netreduce.wire.ManagementAddress``)."""
-        model = cls(SwitchConfig(ports=build["ports"], max_frame=build["max_frame"], ipv6=build.get("ipv6", True)),
+        model = cls(SwitchConfig(ports=build["ports"], max_frame=build["max_frame"], ipv6=build.get("ipv6", True),
+                                 bounded_loss=build.get("bounded_loss", True)),
                     management=management, build=build)
         model._configure(config_from_registers(model.registers, build))
         return model
@@ -885,7 +892,8 @@ def config_from_registers(registers, build):
     build of parameters ``build`` holds: the inverse of ``netreduce.registers.switch_config_writes``, jobs in
     the order of their indices. Registers that no valid configuration holds are left out (docs, "In-band
     control plane"): a forwarding entry naming a port the build lacks, a job whose registers are not a valid
-    ``JobConfig`` of the build, whose id an enabled job of a lower index has, or whose workers do not each have
+    ``JobConfig`` of the build, whose class is bounded-loss where the build has none (``bounded_loss``), whose id
+    an enabled job of a lower index has, or whose workers do not each have
     an enabled connection that is valid (its ports the build's, its VLAN words untagged or tagged, its keys
     no lower connection's); a ``default_port`` the build lacks reads as 0."""
     r, ports, workers = registers, build["ports"], build["workers"]
@@ -909,6 +917,8 @@ def config_from_registers(registers, build):
     for j in range(build["jobs"]):
         if not r["job", j, "enable"]:
             continue
+        if r["job", j, "traffic_class"] and not build.get("bounded_loss", True):
+            continue        # a build without the bounded-loss class enables no job of it (its valid bit stays 0)
         if r["job", j, "id"] in ids:
             continue
         ids.add(r["job", j, "id"])
@@ -944,4 +954,5 @@ def config_from_registers(registers, build):
         keys |= new_keys
     return SwitchConfig(mac=r["switch", 0, "mac"], ip=r["switch", 0, "ip"], control_port=r["switch", 0, "control_port"],
                         ports=ports, forwarding=forwarding, default_port=default_port if default_port < ports else 0,
-                        max_frame=build["max_frame"], ipv6=build.get("ipv6", True), jobs=jobs, connections=connections)
+                        max_frame=build["max_frame"], ipv6=build.get("ipv6", True),
+                        bounded_loss=build.get("bounded_loss", True), jobs=jobs, connections=connections)

@@ -69,19 +69,22 @@ def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_li
     def parsed(*argv):
         args = build_parser().parse_args(["build", "--out", "x", *argv])
         board_switch_defaults(args)
-        return args, (args.workers, args.forwarding_entries, args.egress_queues, args.max_frame)
+        return args, (args.workers, args.forwarding_entries, args.egress_queues, args.max_frame, args.bounded_loss)
 
     versa = dict(BOARDS["versa-ecp5"].switch_defaults)
     assert versa
     _, got = parsed("--board", "versa-ecp5")
-    assert got == (versa["workers"], versa["forwarding_entries"], versa["egress_queues"], BOARD_DEFAULTS["max_frame"])
-    args, got = parsed("--board", "versa-ecp5", "--workers", str(BOARD_DEFAULTS["workers"]), "--egress-queues", "3")
-    assert got[:3] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3)
+    assert got == (versa["workers"], versa["forwarding_entries"], versa["egress_queues"], BOARD_DEFAULTS["max_frame"],
+                   False)
+    args, got = parsed("--board", "versa-ecp5", "--workers", str(BOARD_DEFAULTS["workers"]), "--egress-queues", "3",
+                       "--bounded-loss")
+    assert got[:3] + got[4:] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3, True)
     assert all(type(value) in (int, bool, str, float, type(None)) or callable(value) for value in vars(args).values())
     general = build_parser().parse_args(["generate", "--out", "x"])     # (the options BOARD_DEFAULTS leaves)
     _, got = parsed("--board", "butterstick")
     assert got == (BOARD_DEFAULTS["workers"], general.forwarding_entries, general.egress_queues,
-                   BOARD_DEFAULTS["max_frame"])
+                   BOARD_DEFAULTS["max_frame"], True)
+    assert parsed("--board", "butterstick")[0].bounded_loss is True
 
 
 @pytest.mark.parametrize("args", [

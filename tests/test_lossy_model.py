@@ -365,6 +365,9 @@ def test_configuration_errors():
     with pytest.raises(ValueError, match="responder_rkey"):
         SwitchModel(SwitchConfig(jobs=[job], connections=[ConnectionConfig(1, 0, 1, "10.0.0.1", 1, 2, "10.0.0.2",
                                                                             2)]))
+    with pytest.raises(ValueError, match="no bounded-loss class"):
+        SwitchConfig(jobs=[job], bounded_loss=False)
+    assert SwitchConfig(jobs=[JobConfig(job=1, workers=1)], bounded_loss=False).jobs[0].lossy is False
 
 
 def test_new_counters_are_in_the_register_map_and_stay_zero_for_the_reliable_class():

@@ -262,3 +262,47 @@ def test_only_read_only_words_read_back_and_every_other_address_reads_0():
     sim.add_testbench(bench)
     sim.add_process(class_counter_stages(dut, class_counters))
     sim.run()
+
+
+def test_a_build_without_the_bounded_loss_class_enables_no_job_of_it():
+    """Without ``bounded_loss`` a job written bounded-loss stays invalid (and no job is ``lossy``), a reliable
+    one beside it is enabled; with the class both are, the first ``lossy``. The golden model, from the same
+    register writes and the build's parameters (``config_from_registers``), enables the same jobs."""
+    from netreduce.hw.switch import NetReduceSwitch
+    from netreduce.registers import RegisterFile
+    from netreduce.sim.switch_model import config_from_registers
+
+    lossy = JobConfig(3, 2, message_slots=4, traffic_class="lossy", deadline_clocks=500)
+    connections = [ConnectionConfig(job, w, f"02:00:00:00:{job:02x}:{2 * w:02x}", f"10.{job}.0.{2 * w + 1}",
+                                    0x100 + 8 * job + w, f"02:00:00:00:{job:02x}:{2 * w + 1:02x}",
+                                    f"10.{job}.0.{2 * w + 2}", 0x200 + 8 * job + w, 77 * w + job,
+                                    responder_rkey=0x1234 + w if job == 3 else None)
+                   for job in (3, 4) for w in range(2)]
+    cfg = SwitchConfig(ports=2, jobs=[lossy, JobConfig(4, 2, message_slots=4)], connections=connections)
+    writes = switch_config_writes(cfg, WORKERS)
+    for bounded_loss, valid, is_lossy in ((True, (1, 1), (1, 0)), (False, (0, 1), (0, 0))):
+        dut = SwitchRegisters(jobs=JOBS, workers=WORKERS, forwarding_entries=ENTRIES, mtu=MTU, increment_bits=3,
+                              egress=egress_template(), ports=PORTS, bounded_loss=bounded_loss)
+
+        async def bench(ctx):
+            await write_registers(ctx, dut.csr, writes)
+            await ctx.tick()
+            assert tuple(ctx.get(dut.jobs[j].valid) for j in range(JOBS)) == valid
+            assert tuple(ctx.get(dut.jobs[j].lossy) for j in range(JOBS)) == is_lossy
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        sim.add_testbench(bench)
+        sim.run()
+
+        switch = NetReduceSwitch(width=64, workers=WORKERS, jobs=JOBS, ports=PORTS, forwarding_entries=ENTRIES,
+                                 mtu=MTU, message_slots=4, max_frame=2048, egress_buffer=4096,
+                                 bounded_loss=bounded_loss)
+        switch._MustUse__silence = True         # only its parameters are used
+        build = switch.parameters
+        registers = RegisterFile(build)
+        for at, word in writes:
+            registers.write(at, word)
+        model = config_from_registers(registers, build)
+        assert [job.job for job in model.jobs] == [job for job, on in zip((3, 4), valid) if on]
+        assert [job.lossy for job in model.jobs] == [bool(flag) for flag, on in zip(is_lossy, valid) if on]

@@ -16,8 +16,9 @@ from netreduce.tb.scenarios import MANAGEMENT
 
 pytestmark = pytest.mark.slow(minutes=2)
 
+# (without the bounded-loss class, as the Versa's default build: the switch's reliable class alone, end to end)
 BUILD = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=4, max_frame=2048, ipv6=False,
-             egress_buffer=8192, forwarding_entries=8)
+             egress_buffer=8192, forwarding_entries=8, bounded_loss=False)
 ADDRESS = dataclasses.replace(MANAGEMENT, manager_ingress=1)
 RUN = {"ports": 2, "workers": BUILD["workers"], "forwarding_entries": BUILD["forwarding_entries"],
        "job_workers": 4, "mtu": 1024, "message_packets": 4, "message_slots": 4, "seed": 3, "sync_ns": 20,

@@ -126,7 +126,8 @@ def _not_behind(a, b):
 
 class StatusMonitor(wiring.Component):
     """``StatusMonitor(*, width, workers, jobs, dtype, mtu, message_packets, message_slots, max_frame, ports,
-    management=None, increment_bits)``: the switch's parameters (``top.NetReduceSwitch``, which checks them).
+    management=None, increment_bits, bounded_loss=True)``: the switch's parameters (``top.NetReduceSwitch``,
+    which checks them); without ``bounded_loss`` no job is of the bounded-loss class.
 
     Ports (the module's docstring): ``frames`` (``header``, ``match``) and ``payload`` in, ``arrival`` (a frame's
     first beat went into the pipeline); the configuration ``jobs``, ``connections``, ``job_enabled`` and
@@ -137,8 +138,11 @@ class StatusMonitor(wiring.Component):
     """
 
     def __init__(self, *, width, workers, jobs, dtype, mtu, message_packets, message_slots, max_frame, ports,
-                 increment_bits, management=None):
+                 increment_bits, management=None, bounded_loss=True):
         self.width, self.workers, self.jobs_count, self.dtype = width, workers, jobs, dtype
+        # the bounded-loss class is built (a bounded-loss job needs two message slots at least: its window is
+        # half of them)
+        self.bounded_loss = bounded_loss and message_slots >= 2
         self.mtu, self.message_packets, self.message_slots = mtu, message_packets, message_slots
         self.max_frame, self.ports, self.management = max_frame, ports, management
         self.beat_bytes = width // 8
@@ -223,7 +227,7 @@ class StatusMonitor(wiring.Component):
         job_n, job_mtu = field(self.jobs, J, "workers"), field(self.jobs, J, "mtu")
         job_start_msg = field(self.jobs, J, "start_msg")
         job_lossy, job_deadline = field(self.jobs, J, "lossy"), field(self.jobs, J, "deadline")
-        if K < 2:       # a bounded-loss job needs two message slots at least (its window is half of them)
+        if not self.bounded_loss:
             job_lossy = Array(Const(0, 1) for _ in range(J))
         W_lossy = max(1, K // 2)        # a bounded-loss job's window (its other half keeps results for requests)
         job_oldest = registers(J, 32, "job_oldest")

@@ -66,12 +66,16 @@ def vlan_of(header):
 
 class SwitchRegisters(wiring.Component):
     """``SwitchRegisters(*, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports,
-    ethernet=False)``: the configuration of ``jobs`` jobs of up to ``workers`` workers (connection ``c = j *
-    workers + w``), a forwarding table, and ``ports`` egress stages shaped like ``egress`` (an
-    ``EgressQueues``; every port's is the same); a job's MTU is at most the build's ``mtu`` (a larger write
-    is taken as ``mtu``); with ``ethernet``, each port's MAC counters (``ethernet_status``)."""
+    ethernet=False, bounded_loss=True)``: the configuration of ``jobs`` jobs of up to ``workers`` workers
+    (connection ``c = j * workers + w``), a forwarding table, and ``ports`` egress stages shaped like
+    ``egress`` (an ``EgressQueues``; every port's is the same); a job's MTU is at most the build's ``mtu`` (a
+    larger write is taken as ``mtu``); with ``ethernet``, each port's MAC counters (``ethernet_status``).
+    Without ``bounded_loss`` (a build without the bounded-loss class) a job whose ``traffic_class`` is
+    written 1 is not valid, whatever its ``enable``, and no job is ``lossy``."""
 
-    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports, ethernet=False):
+    def __init__(self, *, jobs, workers, forwarding_entries, mtu, increment_bits, egress, ports, ethernet=False,
+                 bounded_loss=True):
+        self.bounded_loss = bounded_loss
         self.jobs_count, self.workers, self.forwarding_entries, self.mtu = jobs, workers, forwarding_entries, mtu
         self.ports, self.queues, self.ethernet = ports, egress.queues, ethernet
         self.egress_config_members = tuple(egress.config_layout.members)
@@ -109,6 +113,12 @@ class SwitchRegisters(wiring.Component):
                         for name, field in (("id", "id"), ("workers", "workers"), ("enable", "valid"),
                                             ("mtu", "mtu"), ("start_msg", "start_msg"),
                                             ("traffic_class", "lossy"), ("deadline_clocks", "deadline"))})
+        if not self.bounded_loss:
+            # the enable and the class are held here; a job asked to be bounded-loss stays invalid
+            enable = [Signal(name=f"job_enable_{j}") for j in range(J)]
+            asked_lossy = [Signal(name=f"job_asked_lossy_{j}") for j in range(J)]
+            targets["job.enable"], targets["job.traffic_class"] = enable, asked_lossy
+            m.d.comb += [jobs[j].valid.eq(enable[j] & ~asked_lossy[j]) for j in range(J)]
         targets.update({f"forwarding.{name}": fields_of(fwd, E, field)
                         for name, field in (("mac", "mac"), ("port", "port"), ("enable", "valid"))})
         for side in ("requester", "responder"):

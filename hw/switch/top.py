@@ -90,6 +90,10 @@ class NetReduceSwitch(wiring.Component):
       Without it an IPv6 frame is IP only to its traffic class, and goes on byte for byte as a frame that is
       not RoCE (``RoceParser(ipv6=False)``; the golden model's ``SwitchConfig.ipv6``). Aggregation is RoCE
       over IPv4 either way; without it the parser and deparser are some 1,200 ECP5 logic cells smaller.
+    - ``bounded_loss``: the bounded-loss class (MLT's single-packet messages with deadlines, docs "Bounded-loss
+      class (MLT)") is built; it also needs ``message_slots`` of 2 or more (its window is half of them). Without
+      it a job configured bounded-loss is not enabled (``SwitchRegisters``): its frames go on as frames of no
+      job, as in the golden model (``SwitchConfig.bounded_loss``). For small FPGAs.
 
     - ``ports`` P (1..4) and ``forwarding_entries`` (1..64, entries of the MAC forwarding table);
     - ``port_width``: the ports' bits (``width`` by default), at most ``width``: each port narrower than the core
@@ -114,7 +118,7 @@ class NetReduceSwitch(wiring.Component):
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
                  message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
                  egress_buffer=16384, egress_weighted=False, management=None, ethernet=False, port_width=None,
-                 ipv6=True):
+                 ipv6=True, bounded_loss=True):
         check_width(width)
         if width not in (64, 512):
             raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
@@ -153,10 +157,11 @@ class NetReduceSwitch(wiring.Component):
                 raise ValueError(f"management: the manager's port {management.manager_ingress} is not one of the "
                                  f"{self.ports} ports")
         self.management = management
-        for name, value in (("ethernet", ethernet), ("ipv6", ipv6)):
+        for name, value in (("ethernet", ethernet), ("ipv6", ipv6), ("bounded_loss", bounded_loss)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be True or False, not {value!r}")
         self.ethernet, self.ipv6 = ethernet, ipv6
+        self.bounded_loss = bounded_loss and message_slots >= 2     # what the build has (its window is K/2)
         # the longest frame the switch takes or sends: a RoCE frame whose payload stream is max_frame bytes
         self.longest_frame = max_frame + MAX_HEADER_BYTES + ICRC_BYTES
         self.egress_geometry = dict(queues=egress_queues, depth_beats=egress_buffer // self.beat_bytes,
@@ -183,7 +188,8 @@ class NetReduceSwitch(wiring.Component):
                 "forwarding_entries": self.forwarding_entries, "egress_queues": self.egress_queues,
                 "egress_buffer": self.egress_buffer, "egress_weighted": self.egress_weighted,
                 "management": None if self.management is None else dataclasses.asdict(self.management),
-                "ethernet": self.ethernet, "port_width": self.port_width, "ipv6": self.ipv6}
+                "ethernet": self.ethernet, "port_width": self.port_width, "ipv6": self.ipv6,
+                "bounded_loss": self.bounded_loss}
 
     def elaborate(self, platform):
         m = Module()
@@ -196,7 +202,8 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.registers = regs = SwitchRegisters(jobs=J, workers=N, forwarding_entries=self.forwarding_entries,
                                                         mtu=self.mtu, increment_bits=increment_bits,
                                                         egress=egress[0],
-                                                        ports=self.ports, ethernet=self.ethernet)
+                                                        ports=self.ports, ethernet=self.ethernet,
+                                                        bounded_loss=self.bounded_loss)
         if self.management is not None:
             m.submodules.management = agent = ManagementAgent(W, self.management, self.ports)
             # the agent takes the register port for the clock of its operation
@@ -240,7 +247,7 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.monitor = monitor = StatusMonitor(
             width=W, workers=N, jobs=J, dtype=self.dtype, mtu=self.mtu, message_packets=self.message_packets,
             message_slots=self.message_slots, max_frame=self.max_frame, ports=self.ports,
-            increment_bits=increment_bits, management=self.management)
+            increment_bits=increment_bits, management=self.management, bounded_loss=self.bounded_loss)
         wiring.connect(m, match.o, monitor.frames)
         wiring.connect(m, parser.o, monitor.payload)
         m.d.comb += [

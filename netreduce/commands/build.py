@@ -39,15 +39,29 @@ STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (next
 
 
 class _Unset(int):
-    """A switch default the command line left as it is: a board's own default may replace it (``run``)."""
+    """A switch default the command line left as it is: a board's own default may replace it (``run``); else it
+    is ``default``, the option's own (a number, or a flag's True or False)."""
+
+    def __new__(cls, default):
+        unset = super().__new__(cls, default)
+        unset.default = default
+        return unset
+
+    def __str__(self):
+        return str(self.default)
 
 
 def register(subparsers):
     from ..boards import BOARDS
     parser = subparsers.add_parser("build", help="build a bitstream of the switch for an ECP5 board",
                                    description=__doc__)
-    own = "; ".join(f"{name}: " + " ".join(f"--{option.replace('_', '-')} {value}"
-                                             for option, value in board.switch_defaults)
+    def as_option(option, value):
+        flag = option.replace("_", "-")
+        if isinstance(value, bool):
+            return f"--{flag}" if value else f"--no-{flag}"
+        return f"--{flag} {value}"
+
+    own = "; ".join(f"{name}: " + " ".join(as_option(option, value) for option, value in board.switch_defaults)
                     for name, board in sorted(BOARDS.items()) if board.switch_defaults)
     parser.add_argument("--board", required=True, choices=sorted(BOARDS) + sorted(CARDS),
                         help="the board (alveo-u280: the Verilog, constraints and Vivado script, and the "
@@ -82,7 +96,7 @@ def board_switch_defaults(args):
     board_defaults = dict(BOARDS[args.board].switch_defaults) if args.board in BOARDS else {}
     for option, value in vars(args).items():
         if isinstance(value, _Unset):
-            setattr(args, option, board_defaults.get(option, int(value)))
+            setattr(args, option, board_defaults.get(option, value.default))
 
 
 def summarize_report(report):

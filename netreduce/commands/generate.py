@@ -59,6 +59,10 @@ def add_switch_arguments(parser, *, ports=True):
                         help="parse RoCE over IPv6 (default %(default)s); without it an IPv6 frame goes on byte for "
                              "byte, as a frame that is not RoCE (aggregation is RoCE over IPv4 either way; saves "
                              "area)")
+    parser.add_argument("--bounded-loss", action=argparse.BooleanOptionalAction, default=True,
+                        help="build the bounded-loss class (MLT's single-packet messages with deadlines; default "
+                             "%(default)s, and it needs --message-slots 2 or more); without it a job configured "
+                             "bounded-loss is not enabled (saves area)")
     management = parser.add_argument_group(
         "in-band control plane", "registers written and read through management packets from one manager "
         "(docs/ARCHITECTURE.md, 'In-band control plane'); built when --manager-mac and --manager-ip are given")
@@ -82,7 +86,8 @@ def switch_arguments(args):
                 message_packets=args.message_packets, message_slots=args.message_slots, max_frame=args.max_frame,
                 adder_stages=args.adder_stages, forwarding_entries=args.forwarding_entries,
                 egress_queues=args.egress_queues, egress_buffer=args.egress_buffer,
-                egress_weighted=args.egress_weighted, management=management_of(args), ipv6=args.ipv6)
+                egress_weighted=args.egress_weighted, management=management_of(args), ipv6=args.ipv6,
+                bounded_loss=args.bounded_loss)
 
 
 def management_of(args):
