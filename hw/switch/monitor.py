@@ -49,7 +49,7 @@ results have left) and ``psn_used``.
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.memory import Memory, WritePort
+from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
@@ -223,21 +223,6 @@ class StatusMonitor(wiring.Component):
         def field(records, count, *path):
             return Array(fields_of(records, count, *path))
 
-        def state_memory(name, depth, shape, granularity=None):
-            """A field of every packet slot or message in distributed RAM, not in registers (a read is a RAM's
-            own multiplexer, not one over scattered flip-flops): ``(write, read)``, its write port (one entry a
-            clock: the outcomes that write it are of different states) and ``read(index)``, the entry at
-            ``index`` through a combinational port of its own. Unlike a register it keeps its contents through
-            a reset: it is read only where state that a reset clears says the entry was written."""
-            memory = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
-            write = memory.write_port(granularity=granularity)
-
-            def read(index):
-                port = memory.read_port(domain="comb")
-                m.d.comb += port.addr.eq(index)
-                return port.data
-            return write, read
-
         job_valid, job_id = field(self.jobs, J, "valid"), field(self.jobs, J, "id")
         job_n, job_mtu = field(self.jobs, J, "workers"), field(self.jobs, J, "mtu")
         job_start_msg = field(self.jobs, J, "start_msg")
@@ -263,10 +248,8 @@ class StatusMonitor(wiring.Component):
         wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
         wk_first = registers(J * K * N, 24, "wk_first")
         wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
-        # the PSN of a closed part's last packet: a row of N per message, a worker's written alone
-        wk_last_write, wk_last_row = state_memory("wk_last", J * K, PSN_BITS * N, granularity=PSN_BITS)
-        pk_bitmap = registers(S, N, "pk_bitmap")
-        pk_len_write, pk_len = state_memory("pk_len", S, 16)       # a packet slot's length (its first packet's)
+        wk_last = registers(J * K * N, 24, "wk_last")     # the PSN of a closed part's last packet
+        pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
         # RESULTS descriptors of each message not yet sent in full (``unsent.UnsentResults``): a message is not
         # released before its results have left, even if an ACK (which no real NIC sends this early) says otherwise
@@ -373,7 +356,7 @@ class StatusMonitor(wiring.Component):
                 row.held.eq(msg_busy[message] & (msg_seq[message] == oldest)),
                 row.outside.eq(Cat(*[Const(w) >= job_n[job] for w in range(N)])),
                 row.closed.eq(Array(Cat(*[wk_closed[i * N + w] for w in range(N)]) for i in range(J * K))[message]),
-                row.last.eq(wk_last_row(message)),
+                row.last.eq(Array(Cat(*[wk_last[i * N + w] for w in range(N)]) for i in range(J * K))[message]),
                 row.delivered.eq(Cat(*[delivered[job * N + w] for w in range(N)])),
             ]
             return row
@@ -473,7 +456,7 @@ class StatusMonitor(wiring.Component):
         slot_view_now = Signal(SlotView)
         slot_view = Signal(SlotView)
         m.d.comb += [
-            slot_view_now.bitmap.eq(pk_bitmap[in_slot]), slot_view_now.length.eq(pk_len(in_slot)),
+            slot_view_now.bitmap.eq(pk_bitmap[in_slot]), slot_view_now.length.eq(pk_len[in_slot]),
             slot_view_now.gen.eq(pk_gen[in_slot]),
             slot_view_now.credit_ok.eq(~first | (~(msg_busy[first_message] & (msg_seq[first_message] != view.next_seq))
                                                  & ((view.next_seq - job_oldest[conn_job])[:32] < K))),
@@ -982,7 +965,6 @@ class StatusMonitor(wiring.Component):
         probe_slot = lossy_slot(probe_job, probe_k)
         probe_oldest = job_oldest[probe_job]
         probe_distance = Signal(32)
-        probe_length = pk_len(probe_slot)
         m.d.comb += [
             probe_distance.eq(probe_seq - probe_oldest),
             probe_now.k.eq(probe_k),
@@ -992,8 +974,8 @@ class StatusMonitor(wiring.Component):
             probe_now.bit.eq((pk_bitmap[probe_slot] >> probe_worker)[0]),
             probe_now.behind.eq(probe_distance[31]),
             probe_now.in_window.eq(probe_distance < W_lossy),
-            probe_now.length_match.eq((pk_bitmap[probe_slot] == 0) | (probe_length == length)),
-            probe_now.length.eq(probe_length),
+            probe_now.length_match.eq((pk_bitmap[probe_slot] == 0) | (pk_len[probe_slot] == length)),
+            probe_now.length.eq(pk_len[probe_slot]),
         ]
         # opening message ``seq`` opens every message of the window up to it that its slot does not hold.
         # Slot k's message of the window, ``oldest + position``, is k modulo K (K a power of two): its upper
@@ -1276,7 +1258,7 @@ class StatusMonitor(wiring.Component):
                         c, j, w, k = plan.conn, plan.job, plan.worker, plan.k
                         entry = (j * K + k) * N + w
                         write_at(pk_bitmap, slot, bitmap)
-                        m.d.comb += [pk_len_write.addr.eq(slot), pk_len_write.data.eq(length), pk_len_write.en.eq(1)]
+                        write_at(pk_len, slot, length)
                         write_at(expected, c, expected[c] + 1)
                         m.d.comb += hs_w.en.eq(1)
                         with m.If(plan.first):
@@ -1286,10 +1268,8 @@ class StatusMonitor(wiring.Component):
                                                         (cur_k, c, k)):
                                 write_at(array, index, value)
                         with m.If(plan.last):
-                            m.d.comb += [wk_last_write.addr.eq(j * K + k), wk_last_write.data.eq(psn.replicate(N)),
-                                         wk_last_write.en.eq(Cat(*[w == v for v in range(N)]))]
                             for array, index, value in ((wk_closed, entry, 1), (wk_count, entry, plan.index + 1),
-                                                        (in_msg, c, 0),
+                                                        (wk_last, entry, psn), (in_msg, c, 0),
                                                         (next_seq, c, next_seq[c] + 1), (next_k, c, next_k[c] + 1)):
                                 write_at(array, index, value)
                         with m.If(full):
@@ -1360,7 +1340,7 @@ class StatusMonitor(wiring.Component):
                 m.next = "DUP_READ"
             with m.State("DUP_READ"):
                 m.d.sync += [plan.dup_ready.eq(pk_ready[plan.dup_slot]),
-                             plan.dup_same_length.eq(pk_len(plan.dup_slot) == length),
+                             plan.dup_same_length.eq(pk_len[plan.dup_slot] == length),
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
                 m.next = "STREAM"
             with m.State("STREAM"):
@@ -1433,8 +1413,7 @@ class StatusMonitor(wiring.Component):
                     open_messages(plan.job)
                 with m.If(happens("LOSSY")):
                     first_slot = lossy_slot(plan.job, probe.k)
-                    m.d.comb += [pk_len_write.addr.eq(first_slot), pk_len_write.data.eq(length),
-                                 pk_len_write.en.eq(1)]
+                    write_at(pk_len, first_slot, length)
                     write_at(pk_bitmap, first_slot, lossy_bitmap)
                     m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
                                  hs_w.data.own.eq(window[:8 * OWN_BYTES])]
@@ -1479,7 +1458,7 @@ class StatusMonitor(wiring.Component):
                     write_at([self.increments[name] for name in HISTOGRAM_COUNTERS], histogram_bin, 1, domain="comb")
                     with m.If(complete_bitmap != 0):
                         count("results_sent", job_n[complete_job])
-                        m.d.comb += lossy_results(complete_job, complete_k, pk_len(complete_slot), complete_bitmap)
+                        m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
                         m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
                                      new_request.slot.eq(complete_slot),
                                      new_request.result_slot.eq(new_descriptor.rslot),
