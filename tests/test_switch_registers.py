@@ -281,20 +281,7 @@ def test_a_build_without_the_bounded_loss_class_enables_no_job_of_it():
     cfg = SwitchConfig(ports=2, jobs=[lossy, JobConfig(4, 2, message_slots=4)], connections=connections)
     writes = switch_config_writes(cfg, WORKERS)
     for bounded_loss, valid, is_lossy in ((True, (1, 1), (1, 0)), (False, (0, 1), (0, 0))):
-        dut = SwitchRegisters(jobs=JOBS, workers=WORKERS, forwarding_entries=ENTRIES, mtu=MTU, increment_bits=3,
-                              egress=egress_template(), ports=PORTS, bounded_loss=bounded_loss)
-
-        async def bench(ctx):
-            await write_registers(ctx, dut.csr, writes)
-            await ctx.tick()
-            assert tuple(ctx.get(dut.jobs[j].valid) for j in range(JOBS)) == valid
-            assert tuple(ctx.get(dut.jobs[j].lossy) for j in range(JOBS)) == is_lossy
-
-        sim = Simulator(dut)
-        sim.add_clock(1e-8)
-        sim.add_testbench(bench)
-        sim.run()
-
+        assert jobs_after(writes, bounded_loss) == (valid, is_lossy)
         switch = NetReduceSwitch(width=64, workers=WORKERS, jobs=JOBS, ports=PORTS, forwarding_entries=ENTRIES,
                                  mtu=MTU, message_slots=4, max_frame=2048, egress_buffer=4096,
                                  bounded_loss=bounded_loss)
@@ -304,5 +291,24 @@ def test_a_build_without_the_bounded_loss_class_enables_no_job_of_it():
         for at, word in writes:
             registers.write(at, word)
         model = config_from_registers(registers, build)
-        assert [job.job for job in model.jobs] == [job for job, on in zip((3, 4), valid) if on]
-        assert [job.lossy for job in model.jobs] == [bool(flag) for flag, on in zip(is_lossy, valid) if on]
+        assert [job.job for job in model.jobs] == [job for job, on in zip((3, 4), valid, strict=True) if on]
+        assert [job.lossy for job in model.jobs] == [bool(flag) for flag, on in zip(is_lossy, valid, strict=True)
+                                                     if on]
+
+
+def jobs_after(writes, bounded_loss):
+    """Each job's ``valid`` and ``lossy`` in ``SwitchRegisters(bounded_loss=...)`` after ``writes``."""
+    dut = SwitchRegisters(jobs=JOBS, workers=WORKERS, forwarding_entries=ENTRIES, mtu=MTU, increment_bits=3,
+                          egress=egress_template(), ports=PORTS, bounded_loss=bounded_loss)
+    seen = []
+
+    async def bench(ctx):
+        await write_registers(ctx, dut.csr, writes)
+        await ctx.tick()
+        seen.append(tuple(tuple(ctx.get(dut.jobs[j][name]) for j in range(JOBS)) for name in ("valid", "lossy")))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen[0]
