@@ -195,7 +195,8 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0):
         """The emitter's part: take descriptors, with backpressure; read each FORWARD frame's words out of the
         packet ring (its read pointer moves on by the frame's beats); report each RESULTS descriptor sent."""
         rng, read = random.Random(6), 0
-        await ctx.tick().repeat(hold)
+        if hold:
+            await ctx.tick().repeat(hold)
         while True:
             ready = rng.random() >= backpressure
             ctx.set(monitor.descriptors.ready, ready)
