@@ -27,7 +27,7 @@ back-to-back frames flow without bubbles; frames shorter than the window (runts)
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -446,9 +446,13 @@ class RoceParser(wiring.Component):
         self.beat_fifo_depth = self.window_beats + 17
         # The header and context FIFOs hold the records of the frames whose beats wait in the beat FIFO
         # (a frame of one beat each at 512 bits), besides those on their way into them; their storage
-        # fills whole distributed RAMs of 16 entries.
+        # fills whole distributed RAMs of 16 entries. The context FIFO has an output register besides (its
+        # record starts the process stage's paths); the header FIFO has none: its reader registers what it
+        # reads (``hw.switch.match.ConnectionMatch``), and a register of a whole header record here would
+        # be some 800 more flip-flops on the records' congested way through the switch.
         frames_waiting = -(-self.beat_fifo_depth // -(-ETH_MIN_FRAME // self.beat_bytes))
-        self.record_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16) + 1
+        self.header_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16)
+        self.record_fifo_depth = self.header_fifo_depth + 1
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
@@ -463,7 +467,7 @@ class RoceParser(wiring.Component):
 
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
         m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=self.record_fifo_depth)
-        m.submodules.headers = headers = SyncFIFOBuffered(width=ParsedHeader.size, depth=self.record_fifo_depth)
+        m.submodules.headers = headers = SyncFIFO(width=ParsedHeader.size, depth=self.header_fifo_depth)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
         m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
