@@ -238,7 +238,7 @@ class RoceDeparser(wiring.Component):
         # clock it passes its own on, so ``hdr.ready`` is an OR of two registers (it empty; the plan FIFO's
         # registered room). A FIFO here would hold its records in distributed RAM: at 968 bits, some 1,450
         # ECP5 logic cells.
-        record = Signal(ParsedHeader)
+        record = Signal(ParsedHeader, reset_less=True)      # (data, qualified by ``record_valid``: no reset)
         record_valid = Signal()
         m.submodules.plans = plans = RegisterFIFO(width=plan_layout.size)     # (in distributed RAM: 1.5 cells a bit)
         m.d.comb += self.hdr.ready.eq(~record_valid | plans.w_rdy)
@@ -286,7 +286,7 @@ class RoceDeparser(wiring.Component):
         # counted relative to the beat (small sums, not positions in the frame), and the beat's lanes and
         # merged bytes are worked out a clock later from what the loop registered (``decided``).
         active = Signal()
-        held = Signal(plan_layout)
+        held = Signal(plan_layout, reset_less=True)        # (data, used while ``active``: no reset)
         plan = Signal(plan_layout)
         m.d.comb += plan.eq(Mux(active, held.as_value(), plans.r_data))
         next_plan = data.View(plan_layout, plans.r_data)

@@ -492,7 +492,7 @@ class RoceParser(wiring.Component):
         in_start = Signal(init=1)           # the next beat is the first of a frame
         in_index = Signal(range(wbeats + 1))
         index = Mux(in_start, 0, in_index)
-        cap = Signal(beat_layout)           # the input register
+        cap = Signal(beat_layout, reset_less=True)      # the input register (with ``cap_valid``)
         cap_valid = Signal()
         cap_slot = Signal(wbeats)           # one-hot: the window slot of the beat (none past the window)
         cap_push = Signal()                 # the window is complete with this beat
@@ -506,7 +506,7 @@ class RoceParser(wiring.Component):
                 in_index.eq(Mux(index == wbeats, index, index + 1)),
                 in_start.eq(beat_in.last),
             ]
-        window = Signal(8 * self.window_bytes)
+        window = Signal(8 * self.window_bytes, reset_less=True)
         kept = cap.data & _lane_bytes(cap.keep)
         window_next = Signal.like(window)
         for slot in range(wbeats):
@@ -527,9 +527,11 @@ class RoceParser(wiring.Component):
 
         # --- decode: complete window -> normalized -> raw fields -> fields -> context, header -------
         # (no enable: the input took the window's beats only with room for its record, above)
-        normalized = Signal(Normalized(self.window_bytes))
-        raw = Signal(RawFields)
-        fields = Signal(Fields)
+        # (the records of the decode and the input register are data, qualified by ``dec_valid`` and
+        # ``cap_valid``: no reset, which would otherwise reach every one of their flip-flops)
+        normalized = Signal(Normalized(self.window_bytes), reset_less=True)
+        raw = Signal(RawFields, reset_less=True)
+        fields = Signal(Fields, reset_less=True)
         dec_valid = Signal(_DECODE_STAGES)
         m.d.sync += [
             dec_valid.eq(Cat(window_done, dec_valid[:-1])),
@@ -537,7 +539,7 @@ class RoceParser(wiring.Component):
             raw.eq(decode_raw(m, normalized, self.ipv6)),
             fields.eq(decode_fields(m, raw, self.ipv6)),
         ]
-        context, header = Signal(FrameContext), Signal(ParsedHeader)
+        context, header = Signal(FrameContext, reset_less=True), Signal(ParsedHeader, reset_less=True)
         m.d.sync += Cat(context, header).eq(Cat(*decode_context(m, fields, self.ipv6)))
         m.d.comb += [
             contexts.w_data.eq(context),

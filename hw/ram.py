@@ -53,7 +53,8 @@ class BlockRAMFIFO(Elaboratable):
             raise ValueError(f"a BlockRAMFIFO holds at least 3 entries, not {depth}")
         self.width, self.depth = width, depth
         self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
-        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
+        # (``r_data`` is data, qualified by ``r_rdy``: no reset)
+        self.r_data, self.r_en, self.r_rdy = Signal(width, reset_less=True), Signal(), Signal()
         self.level = Signal(range(depth + 1))
 
     def elaborate(self, platform):
@@ -108,7 +109,8 @@ class RegisterFIFO(Elaboratable):
             raise ValueError(f"a RegisterFIFO holds 1 or 2 entries, not {depth}")
         self.width, self.depth = width, depth
         self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
-        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
+        # (``r_data`` is data, qualified by ``r_rdy``: no reset)
+        self.r_data, self.r_en, self.r_rdy = Signal(width, reset_less=True), Signal(), Signal()
         self.level = Signal(range(depth + 1))
 
     def elaborate(self, platform):
@@ -120,7 +122,7 @@ class RegisterFIFO(Elaboratable):
             with m.Elif(self.r_en):
                 m.d.sync += self.r_rdy.eq(0)
             return m
-        held, held_valid = Signal(self.width), Signal()
+        held, held_valid = Signal(self.width, reset_less=True), Signal()
         do_write = Signal()
         m.d.comb += [self.w_rdy.eq(~held_valid), do_write.eq(self.w_en & self.w_rdy),
                      self.level.eq(self.r_rdy + held_valid)]

@@ -351,7 +351,7 @@ class Emitter(wiring.Component):
         incoming = data.View(Descriptor, header_jobs.r_data)
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
-        restoring = Signal(ConnectionEntry)      # the connection of the header being restored ...
+        restoring = Signal(ConnectionEntry, reset_less=True)     # the connection of the header being restored ...
         restoring_psn = Signal(24)               # ... and its next PSN toward the responder (a bounded-loss result)
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),

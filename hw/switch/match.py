@@ -93,10 +93,11 @@ class ConnectionMatch(wiring.Component):
         # stage 1, registered: every connection's key and binding compared with the header, and the flags
         conns = [self.connections[c] for c in range(C)]
         Compared = data.StructLayout({
-            "valid": 1, "header": ParsedHeader, "port": len(port), "data_key": C, "ack_key": C, "data_bound": C,
+            "header": ParsedHeader, "port": len(port), "data_key": C, "ack_key": C, "data_bound": C,
             "ack_bound": C, "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
             "to_management": 1, "from_manager": 1})
-        compared, now = Signal(Compared), Signal(Compared)
+        # (the comparisons and the header are data, qualified by ``compared_valid``: no reset)
+        compared, compared_valid, now = Signal(Compared, reset_less=True), Signal(), Signal(Compared)
         m.d.comb += [
             now.header.eq(h), now.port.eq(port),
             now.data_key.eq(Cat(*[registered(c) & (ip_src == conns[c].requester.ip)
@@ -126,10 +127,10 @@ class ConnectionMatch(wiring.Component):
                                     & (port == mg.manager_ingress if mg.manager_ingress is not None else 1)),
             ]
         both = self.header.valid & self.port.valid
-        advance = ~compared.valid | queue.w_rdy
+        advance = ~compared_valid | queue.w_rdy
         m.d.comb += [self.header.ready.eq(self.port.valid & advance), self.port.ready.eq(self.header.valid & advance)]
         with m.If(advance):
-            m.d.sync += [compared.eq(now), compared.valid.eq(both)]
+            m.d.sync += [compared.eq(now), compared_valid.eq(both)]
 
         # stage 2: the match, from the registered comparisons, into the queue
         is_ack = compared.roce4 & compared.acknowledge & compared.ack_key.any()
@@ -151,7 +152,7 @@ class ConnectionMatch(wiring.Component):
             match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
             match.port.eq(compared.port),
             queue.w_data.eq(Cat(compared.header.as_value(), match)),
-            queue.w_en.eq(compared.valid),
+            queue.w_en.eq(compared_valid),
             self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
         ]
         return m

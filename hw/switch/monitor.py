@@ -313,7 +313,8 @@ class StatusMonitor(wiring.Component):
 
 
         # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
-        h, hm = Signal(ParsedHeader, name="h"), Signal(Match, name="h_match")
+        # (the record is data, used only in the states after its take: no reset)
+        h, hm = Signal(ParsedHeader, name="h", reset_less=True), Signal(Match, name="h_match")
         Plan = data.StructLayout({
             "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
             "lossy": 1,         # a data frame of a bounded-loss job
