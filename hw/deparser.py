@@ -237,10 +237,14 @@ class RoceDeparser(wiring.Component):
         # a register; it writes one plan per clock into the plan FIFO. The register takes a record in the
         # clock it passes its own on, so ``hdr.ready`` is an OR of two registers (it empty; the plan FIFO's
         # registered room). A FIFO here would hold its records in distributed RAM: at 968 bits, some 1,450
-        # ECP5 logic cells.
+        # ECP5 logic cells. The merge takes the FIFO's head into a register of its own (``plan``) when that is
+        # empty and as a frame's last beat goes, so where no frame is one beat (below 512 bits) a FIFO of one
+        # entry, written again a clock later, has the plan after next before the next frame ends; frames of
+        # one beat, one a clock, need two.
         record = Signal(ParsedHeader, reset_less=True)      # (data, qualified by ``record_valid``: no reset)
         record_valid = Signal()
-        m.submodules.plans = plans = RegisterFIFO(width=plan_layout.size)     # (in distributed RAM: 1.5 cells a bit)
+        plan_entries = 2 if nbytes >= ETH_MIN_FRAME else 1
+        m.submodules.plans = plans = RegisterFIFO(width=plan_layout.size, depth=plan_entries)
         m.d.comb += self.hdr.ready.eq(~record_valid | plans.w_rdy)
         with m.If(self.hdr.ready):
             m.d.sync += [record.eq(self.hdr.payload), record_valid.eq(self.hdr.valid)]
@@ -285,12 +289,12 @@ class RoceDeparser(wiring.Component):
         # the payload has ended and how many beats follow its end. Where the payload and the frame end is
         # counted relative to the beat (small sums, not positions in the frame), and the beat's lanes and
         # merged bytes are worked out a clock later from what the loop registered (``decided``).
-        active = Signal()
-        held = Signal(plan_layout, reset_less=True)        # (data, used while ``active``: no reset)
-        plan = Signal(plan_layout)
-        m.d.comb += plan.eq(Mux(active, held.as_value(), plans.r_data))
-        next_plan = data.View(plan_layout, plans.r_data)
-        have_plan = active | plans.r_rdy
+        # The plan of the frame being sent, or of the next to start, is in ``plan``, a register that takes
+        # the plan FIFO's head when it is empty and in the clock a frame's last beat goes, so that the loop
+        # reads one register rather than a choice between it and the FIFO.
+        active = Signal()                       # a frame is being sent (its first beat has gone)
+        plan = Signal(plan_layout, reset_less=True)        # (data, qualified by ``have_plan``: no reset)
+        have_plan = Signal()
         index = Signal(POS_BITS - lane_bits)    # output beat index within the frame
         in_header = Signal()                    # beat ``index`` holds no payload byte
         in_header_next = Signal()               # ... nor does beat ``index + 1`` (once active)
@@ -317,7 +321,7 @@ class RoceDeparser(wiring.Component):
         shift = plan.length[0:lane_bits]
         beat_in = incoming_beat.beat
         nkeep = incoming_beat.bytes
-        m.d.comb += in_header.eq(Mux(active, in_header_next, next_plan.length[lane_bits:] != 0))
+        m.d.comb += in_header.eq(Mux(active, in_header_next, plan.length[lane_bits:] != 0))
         consume = ~payload_done & ~in_header
         ready_to_emit = have_plan & (~consume | payloads.r_rdy)
         if self.whole_frames:
@@ -385,10 +389,13 @@ class RoceDeparser(wiring.Component):
         })
         decided = Signal(Decided)
         decided_valid = Signal()
+        refill = ~have_plan | (emit & out_last)
         m.d.comb += [
-            plans.r_en.eq(emit & ~active),
+            plans.r_en.eq(refill),
             payloads.r_en.eq(emit & consume),
         ]
+        with m.If(refill):
+            m.d.sync += [plan.eq(plans.r_data), have_plan.eq(plans.r_rdy)]
         m.d.sync += decided_valid.eq(emit)
         with m.If(emit):
             m.d.sync += [
@@ -402,7 +409,6 @@ class RoceDeparser(wiring.Component):
                 stomp.eq(stomp_now),
                 index.eq(Mux(out_last, 0, index + 1)),
                 active.eq(~out_last),
-                held.eq(plan),
                 in_header_next.eq(index + 1 < plan.length[lane_bits:]),
                 payload_done.eq(known & ~out_last),
                 after_end.eq(Mux(payload_done, after_end - 1, beats_after)),

@@ -54,7 +54,7 @@ from ..fp.adder import check_int
 from ..gearbox import NarrowBeats, WholeFrames, WidenBeats, check_port_width
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
-from ..ram import NO_COLLISION, BlockRAMReadPort
+from ..ram import IN_BLOCK_RAM, NO_COLLISION, BlockRAMReadPort
 from ..slots import SlotMemory
 from ..stream import (
     axi_stream_signature,
@@ -274,9 +274,12 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[],
                                           attrs=NO_COLLISION)
         # the header store in two memories, each with the one read port that reads it (a memory of whole
-        # entries would be copied whole for each of its two read ports)
-        m.submodules.header_store = header_store = Memory(shape=StoredHeader, depth=S * N, init=[])
-        m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=S * N, init=[])
+        # entries would be copied whole for each of its two read ports), in block RAM: the monitor writes a
+        # slot's entries while it takes the slot's contributions, the emitter reads them once the slot's sum
+        # is done, and the slot is taken again only once its results are sent (``UnsentResults``)
+        m.submodules.header_store = header_store = Memory(shape=StoredHeader, depth=S * N, init=[],
+                                                          attrs=IN_BLOCK_RAM)
+        m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=S * N, init=[], attrs=IN_BLOCK_RAM)
         wiring.connect(m, monitor.ring_write, ring.write_port())
         for store, part in ((header_store, monitor.store_write.data.header), (own_store, monitor.store_write.data.own)):
             write = store.write_port()
@@ -286,8 +289,10 @@ class NetReduceSwitch(wiring.Component):
         wiring.connect(m, monitor.headers, emitter.headers)
         m.submodules.ring_read = ring_read = BlockRAMReadPort(ring)
         wiring.connect(m, emitter.ring, ring_read)
-        wiring.connect(m, emitter.store_header, header_store.read_port())
-        wiring.connect(m, emitter.store_own, own_store.read_port())
+        m.submodules.header_store_read = header_store_read = BlockRAMReadPort(header_store)
+        m.submodules.own_store_read = own_store_read = BlockRAMReadPort(own_store)
+        wiring.connect(m, emitter.store_header, header_store_read)
+        wiring.connect(m, emitter.store_own, own_store_read)
         wiring.connect(m, emitter.results, slots.read[0])
         wiring.connect(m, slots.sum_done, emitter.sum_done)
         m.d.comb += [monitor.ring_read.eq(emitter.ring_read), emitter.sent.eq(monitor.sent),
