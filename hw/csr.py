@@ -2,7 +2,11 @@
 
 ``csr_signature()``: ``addr`` (a word address of ``ADDRESS_BITS``), ``wdata``, ``we``, and ``rdata``, which
 shows the read-only register at the ``addr`` of ``READ_LATENCY`` clocks before (0 elsewhere; a read every
-clock). A write takes effect at the clock edge that samples it.
+clock). A write takes effect a clock after the edge that samples it: each block of the map that has writable
+registers takes the writes to its own addresses into registers of its own first (address, word, strobe), so
+that no wire of the port's write data reaches every writable register of the switch (router2 put those
+among the most congested nets of the board switch). The writable registers are not read back, so only the
+configuration's records see that clock.
 
 ``decode_registers(m, csr, params, targets, readable, transforms=None)`` writes ``targets`` and returns the
 strobes of the ``action`` registers. The design names a target for every writable register of every
@@ -45,15 +49,32 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
             raise ValueError(f"the design and the register map disagree on the {kind} registers: "
                              f"{sorted(set(given) ^ expected)}")
     strobes = {}
-    # one If per written word rather than one Switch over every address: Amaranth puts the whole Switch,
-    # empty cases and all, into each target's process (a Verilog text quadratic in the map's size)
-    with m.If(csr.we):
-        for blk in BLOCKS:
-            count = instances(blk, params)
-            for r in blk.registers:
+    for blk in BLOCKS:
+        count = instances(blk, params)
+        writable = [r for r in blk.registers if r.access != "ro"]
+        if not writable or not count:
+            for r in writable:
+                if len(targets[f"{blk.name}.{r.name}"]) != count:
+                    raise ValueError(f"{blk.name}.{r.name}: {len(targets[f'{blk.name}.{r.name}'])} targets for "
+                                     f"{count} instances")
+                if r.access == "action":
+                    strobes[f"{blk.name}.{r.name}"] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
+            continue
+        # the block's own copy of a write to one of its addresses (a clock later); the copies differ in
+        # their strobes, so synthesis keeps one a block
+        end = blk.base + blk.stride * (count - 1) + max(r.offset + r.words for r in writable)
+        we = Signal(name=f"write_{blk.name}")
+        addr = Signal(ADDRESS_BITS, name=f"write_{blk.name}_addr", reset_less=True)
+        wdata = Signal(WORD_BITS, name=f"write_{blk.name}_data", reset_less=True)
+        here = csr.we & (csr.addr >= blk.base) & (csr.addr < end)
+        m.d.sync += we.eq(here)
+        with m.If(here):
+            m.d.sync += [addr.eq(csr.addr), wdata.eq(csr.wdata)]
+        # one If per written word rather than one Switch over every address: Amaranth puts the whole Switch,
+        # empty cases and all, into each target's process (a Verilog text quadratic in the map's size)
+        with m.If(we):
+            for r in writable:
                 key = f"{blk.name}.{r.name}"
-                if r.access == "ro":
-                    continue
                 values = targets[key]
                 if len(values) != count:
                     raise ValueError(f"{key}: {len(values)} targets for {count} instances")
@@ -65,8 +86,8 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
                         low = WORD_BITS * word
                         if low >= len(value):
                             break
-                        with m.If(csr.addr == blk.base + blk.stride * index + r.offset + word):
-                            written = transforms[key](csr.wdata) if key in transforms else csr.wdata
+                        with m.If(addr == blk.base + blk.stride * index + r.offset + word):
+                            written = transforms[key](wdata) if key in transforms else wdata
                             m.d.sync += value[low:low + WORD_BITS].eq(written)
                             if r.access == "action":
                                 m.d.comb += strobes[key][index].eq(1)
