@@ -50,9 +50,9 @@ class Bench(Elaboratable):
     """The emitter over memories holding ``ring`` (stored beats), ``store`` (header entries by slot * N +
     worker) and ``results`` (words by result slot * packet beats + beat), with the deparser behind it."""
 
-    def __init__(self, width, ring, store, results):
-        self.emitter = Emitter(width=width, workers=WORKERS, jobs=JOBS, message_slots=MESSAGE_SLOTS, slots=SLOTS,
-                               packet_beats=-(-MTU // (width // 8)), max_frame=MAX_FRAME)
+    def __init__(self, width, ring, store, results, *, jobs=JOBS, bounded_loss=True):
+        self.emitter = Emitter(width=width, workers=WORKERS, jobs=jobs, message_slots=MESSAGE_SLOTS, slots=SLOTS,
+                               packet_beats=-(-MTU // (width // 8)), max_frame=MAX_FRAME, bounded_loss=bounded_loss)
         self.deparser = RoceDeparser(width, whole_frames=True)
         self.ring, self.store, self.results = ring, store, results
 
@@ -221,10 +221,11 @@ def scenario(width, seed):
     return s
 
 
-def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None):
-    """``scenario(width, seed)`` (or ``s``) through the bench; ``beat_clocks`` gets the clock of every beat out."""
+def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, **build):
+    """``scenario(width, seed)`` (or ``s``) through the bench (``build``: the emitter's ``jobs`` and
+    ``bounded_loss``); ``beat_clocks`` gets the clock of every beat out."""
     s = s or scenario(width, seed)
-    bench = Bench(width, s.ring, s.store, s.results)
+    bench = Bench(width, s.ring, s.store, s.results, **build)
     e, B = bench.emitter, width // 8
     rng = random.Random(seed + 1)
     frames, classes, stalls, psn_used = [], [], [], []
@@ -234,9 +235,9 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None):
     async def configure_and_offer(ctx):
         ctx.set(e.switch, SwitchAddress.const({"mac": mac_to_int(SWITCH["mac"]), "ip": ip_to_int(SWITCH["ip"]),
                                                "control_port": CONTROL_PORT}))
-        for j in range(JOBS):
+        for j in range(e.jobs_count):
             ctx.set(e.jobs[j], JobEntry.const({"valid": 1, "id": JOB_IDS[j], "workers": WORKERS}))
-        for c in range(JOBS * WORKERS):
+        for c in range(e.connections_count):
             req, resp = requester(c), responder(c)
             ctx.set(e.connections[c], ConnectionEntry.const({
                 "valid": 1, "responder_qpn": resp["qpn"], "responder_rkey": resp["rkey"],
@@ -356,3 +357,25 @@ def test_back_to_back_acks_leave_one_beat_a_clock(width):
     # (the first frames leave while the later ones are still on their way in: count from the tenth)
     tail = beat_clocks[len(beat_clocks) // 6:]
     assert tail == list(range(tail[0], tail[0] + len(tail))), "an idle clock between frames out"
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_one_job_without_the_bounded_loss_class(width):
+    """The emitter of a build of one job without the bounded-loss class (its descriptors' job index and
+    bounded-loss fields taken as 0: the board switch's) sends the contract's frames for every reliable kind:
+    frames that go on, a slot's results to every worker (each addressed with its own connection), a
+    duplicate's answer and CREDITs to the job and to one worker."""
+    s = Scenario(width, random.Random(width + 7))
+    rng = s.rng
+    s.forward(s.data_frame(1, WRITE_ONLY, bytes(rng.randrange(256) for _ in range(90)), psn=3))
+    s.results_of(0, slot=1, rslot=3, length=MTU, index0=1)
+    s.credits(0, 12)
+    s.duplicate(2, rslot=5, length=48)
+    s.forward(s.data_frame(0, 0x11, b"", psn=4, aeth=(0, 2)))
+    s.results_of(0, slot=2, rslot=4, length=40, index0=0)
+    s.credits(0, 3, worker=1)
+    s, frames, classes, stalls, psn_used, _ = run_scenario(width, seed=width, idle=0.2, backpressure=0.2, s=s,
+                                                           jobs=1, bounded_loss=False)
+    assert frames == [want for want, _, _ in s.expected]
+    assert classes == [(dscp, lossy, int.from_bytes(want[:6], "big")) for want, dscp, lossy in s.expected]
+    assert psn_used == []

@@ -157,16 +157,18 @@ def psn_used_layout(connections):
 
 
 class Emitter(wiring.Component):
-    """``Emitter(*, width, workers, jobs, message_slots, slots, packet_beats, max_frame)``: the switch's
-    ``slots`` packet slots of ``packet_beats`` words, its frames of up to ``max_frame`` payload bytes.
+    """``Emitter(*, width, workers, jobs, message_slots, slots, packet_beats, max_frame, bounded_loss=True)``: the
+    switch's ``slots`` packet slots of ``packet_beats`` words, its frames of up to ``max_frame`` payload bytes;
+    without ``bounded_loss`` (a build without the class) no descriptor is a bounded-loss result or resend.
     Attributes the monitor builds on: ``Descriptor``, ``StoredBeat``, ``frame_beats`` (words of the longest
     payload), ``ring_bits`` (address bits of the packet ring, which holds two such payloads)."""
 
     OUTGOING_DEPTH = 8      # credits return two clocks after an issue at the earliest, plus the FIFO
 
-    def __init__(self, *, width, workers, jobs, message_slots, slots, packet_beats, max_frame):
+    def __init__(self, *, width, workers, jobs, message_slots, slots, packet_beats, max_frame, bounded_loss=True):
         check_width(width)
         self.width, self.workers, self.jobs_count, self.message_slots = width, workers, jobs, message_slots
+        self.bounded_loss = bounded_loss
         self.slots, self.packet_beats, self.max_frame = slots, packet_beats, max_frame
         self.beat_bytes = width // 8
         self.connections_count = C = jobs * workers
@@ -222,8 +224,23 @@ class Emitter(wiring.Component):
         m.d.comb += [out.valid.eq(outgoing.r_rdy), out.payload.eq(outgoing.r_data), outgoing.r_en.eq(out.ready)]
         credits = Signal(range(depth + 1), init=depth)
 
+        # The descriptor's fields that hold one value in this build: an index into the one job, message slot or
+        # worker, and the bounded-loss fields of a build without the class. They come through the monitor's
+        # queue in RAM, where synthesis cannot see that they never change; taken as 0 here, the choices they
+        # make (the connection a result's header is addressed with, the template's entry) fold away.
+        fixed = {name for name, count in (("job", self.jobs_count), ("k", K), ("worker", N), ("template", N))
+                 if count == 1}
+        if not self.bounded_loss:
+            fixed |= {"lossy", "resend", "bitmap", "template"}
+
+        def settled(descriptor, name):
+            value = Signal(Descriptor, name=name)
+            m.d.comb += value.eq(descriptor)
+            m.d.comb += [value[field].eq(0) for field in sorted(fixed)]
+            return value
+
         descriptors = self.descriptors
-        job = descriptors.payload
+        job = settled(descriptors.payload, "taken")
         d = Signal(Descriptor)                  # the descriptor whose frames are being issued
         worker = Signal(range(N + 1))           # ... for this worker
         loaded, awaiting_sum = Signal(), Signal()
@@ -348,7 +365,7 @@ class Emitter(wiring.Component):
             self.frame_out.eq(h_valid & h_ready),
         ]
         headers, hs_r = self.headers, self.store_header
-        incoming = data.View(Descriptor, header_jobs.r_data)
+        incoming = settled(header_jobs.r_data, "incoming")
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
         restoring = Signal(ConnectionEntry, reset_less=True)     # the connection of the header being restored ...
@@ -356,7 +373,7 @@ class Emitter(wiring.Component):
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),
                      hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
-                     header_jobs.w_data.eq(descriptors.payload)]
+                     header_jobs.w_data.eq(job)]
         h_more = h_worker + 1 < h_desc.workers
         with m.FSM(name="headers"):
             def take():

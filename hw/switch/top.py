@@ -268,7 +268,8 @@ class NetReduceSwitch(wiring.Component):
         # --- out: descriptors to frames (the emitter, with the packet ring of the frames that go on and the
         # header store of each contribution's header record and first 16 payload bytes), serialized ---------------
         m.submodules.emitter = emitter = Emitter(width=W, workers=N, jobs=J, message_slots=self.message_slots,
-                                                 slots=S, packet_beats=self.packet_beats, max_frame=self.max_frame)
+                                                 slots=S, packet_beats=self.packet_beats, max_frame=self.max_frame,
+                                                 bounded_loss=self.bounded_loss)
         # (the emitter reads only words the monitor has committed, which the monitor writes again only after
         # the emitter's pointer has passed them: no word is read in the clock it is written)
         m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[],
