@@ -27,6 +27,9 @@ BOARDS = {
     "versa-ecp5": Board("amaranth_boards.versa_ecp5:VersaECP5Platform", 2, "clk100", 100_000_000,
                         switch_defaults=(("workers", 2), ("forwarding_entries", 4), ("egress_queues", 2),
                                          ("bounded_loss", False))),
-    "butterstick": Board("amaranth_boards.butterstick:ButterStickPlatform", 1, "clk30", 30_000_000),
-    "ecpix5-85": Board("amaranth_boards.ecpix5:ECPIX585Platform", 1, "clk100", 100_000_000),
+    # one port: every frame leaves by it, so the forwarding table has one entry only (the register map keeps it)
+    "butterstick": Board("amaranth_boards.butterstick:ButterStickPlatform", 1, "clk30", 30_000_000,
+                         switch_defaults=(("forwarding_entries", 1),)),
+    "ecpix5-85": Board("amaranth_boards.ecpix5:ECPIX585Platform", 1, "clk100", 100_000_000,
+                       switch_defaults=(("forwarding_entries", 1),)),
 }

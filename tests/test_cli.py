@@ -81,9 +81,9 @@ def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_li
     assert got[:3] + got[4:] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3, True)
     assert all(type(value) in (int, bool, str, float, type(None)) or callable(value) for value in vars(args).values())
     general = build_parser().parse_args(["generate", "--out", "x"])     # (the options BOARD_DEFAULTS leaves)
-    _, got = parsed("--board", "butterstick")
-    assert got == (BOARD_DEFAULTS["workers"], general.forwarding_entries, general.egress_queues,
-                   BOARD_DEFAULTS["max_frame"], True)
+    _, got = parsed("--board", "butterstick")       # one port: a forwarding table of one entry
+    assert got == (BOARD_DEFAULTS["workers"], 1, general.egress_queues, BOARD_DEFAULTS["max_frame"], True)
+    assert parsed("--board", "ecpix5-85", "--forwarding-entries", "4")[1][1] == 4
     assert parsed("--board", "butterstick")[0].bounded_loss is True
 
 
