@@ -21,8 +21,9 @@ headers arrive, ahead of the monitor:
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
-``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``),
-or of one where no frame is one beat (``one_beat_frames``).
+``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``);
+where no frame is one beat (``one_beat_frames`` false: a header every other clock at most) the FIFO is one
+register of the match alone, and the header stays in the comparisons' register until its match is taken.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -73,7 +74,11 @@ class ConnectionMatch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C, N = self.connections_count, self.workers
-        m.submodules.queue = queue = RegisterFIFO(width=self.Matched.size, depth=self.queue_depth)
+        # the queue: header and match, two entries; or, where a header comes every other clock at most, the
+        # match alone, its header staying in the first stage's register until the match is taken
+        whole = self.queue_depth == 2
+        m.submodules.queue = queue = RegisterFIFO(width=self.Matched.size if whole else self.Match.size,
+                                                  depth=self.queue_depth)
         h, port, sw = self.header.payload, self.port.payload, self.switch
         match = Signal(self.Match)
         ip_src, ip_dst = h.ip_src[:32], h.ip_dst[:32]
@@ -127,8 +132,13 @@ class ConnectionMatch(wiring.Component):
                                     & (port == mg.manager_ingress if mg.manager_ingress is not None else 1)),
             ]
         both = self.header.valid & self.port.valid
-        advance = ~compared_valid | queue.w_rdy
+        fresh = Signal()            # ``compared`` took its header in the last clock (its match is not queued yet)
+        if whole:
+            advance = ~compared_valid | queue.w_rdy
+        else:
+            advance = ~compared_valid | (queue.r_rdy & self.o.ready)
         m.d.comb += [self.header.ready.eq(self.port.valid & advance), self.port.ready.eq(self.header.valid & advance)]
+        m.d.sync += fresh.eq(advance & both)
         with m.If(advance):
             m.d.sync += [compared.eq(now), compared_valid.eq(both)]
 
@@ -151,8 +161,12 @@ class ConnectionMatch(wiring.Component):
             match.refused.eq(to_management & ~compared.from_manager & ~own),
             match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
             match.port.eq(compared.port),
-            queue.w_data.eq(Cat(compared.header.as_value(), match)),
-            queue.w_en.eq(compared_valid),
-            self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
+            self.o.valid.eq(queue.r_rdy), queue.r_en.eq(self.o.ready),
         ]
+        if whole:
+            m.d.comb += [queue.w_data.eq(Cat(compared.header.as_value(), match)), queue.w_en.eq(compared_valid),
+                         self.o.payload.eq(queue.r_data)]
+        else:
+            m.d.comb += [queue.w_data.eq(match), queue.w_en.eq(fresh),
+                         self.o.payload.header.eq(compared.header), self.o.payload.match.eq(queue.r_data)]
         return m
