@@ -132,13 +132,11 @@ class ConnectionMatch(wiring.Component):
                                     & (port == mg.manager_ingress if mg.manager_ingress is not None else 1)),
             ]
         both = self.header.valid & self.port.valid
-        fresh = Signal()            # ``compared`` took its header in the last clock (its match is not queued yet)
         if whole:
             advance = ~compared_valid | queue.w_rdy
         else:
             advance = ~compared_valid | (queue.r_rdy & self.o.ready)
         m.d.comb += [self.header.ready.eq(self.port.valid & advance), self.port.ready.eq(self.header.valid & advance)]
-        m.d.sync += fresh.eq(advance & both)
         with m.If(advance):
             m.d.sync += [compared.eq(now), compared_valid.eq(both)]
 
@@ -161,12 +159,12 @@ class ConnectionMatch(wiring.Component):
             match.refused.eq(to_management & ~compared.from_manager & ~own),
             match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
             match.port.eq(compared.port),
-            self.o.valid.eq(queue.r_rdy), queue.r_en.eq(self.o.ready),
+            queue.w_en.eq(compared_valid), self.o.valid.eq(queue.r_rdy), queue.r_en.eq(self.o.ready),
         ]
         if whole:
-            m.d.comb += [queue.w_data.eq(Cat(compared.header.as_value(), match)), queue.w_en.eq(compared_valid),
-                         self.o.payload.eq(queue.r_data)]
+            m.d.comb += [queue.w_data.eq(Cat(compared.header.as_value(), match)), self.o.payload.eq(queue.r_data)]
         else:
-            m.d.comb += [queue.w_data.eq(match), queue.w_en.eq(fresh),
+            # (the register takes the match when empty: in the clock after its header came into ``compared``)
+            m.d.comb += [queue.w_data.eq(match),
                          self.o.payload.header.eq(compared.header), self.o.payload.match.eq(queue.r_data)]
         return m

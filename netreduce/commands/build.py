@@ -76,8 +76,8 @@ def register(subparsers):
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="nextpnr's router (default router1, nextpnr's own default for the ECP5)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
-                        help="more options for nextpnr, one string (e.g. \"--placer-heap-beta 0.5 --router2-heatmap "
-                             "heat\"; nextpnr-ecp5 --help lists them)")
+                        help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
+                             "nextpnr-ecp5 --help lists them)")
     parser.add_argument("--loopback", action="store_true",
                         help="no switch: each port sends back every good frame it receives (to bring up a "
                              "board's Ethernet; the switch options and the manager are not used)")
