@@ -52,16 +52,16 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
     for blk in BLOCKS:
         count = instances(blk, params)
         writable = [r for r in blk.registers if r.access != "ro"]
+        for r in writable:
+            key = f"{blk.name}.{r.name}"
+            if len(targets[key]) != count:
+                raise ValueError(f"{key}: {len(targets[key])} targets for {count} instances")
+            if r.access == "action":
+                strobes[key] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
         if not writable or not count:
-            for r in writable:
-                if len(targets[f"{blk.name}.{r.name}"]) != count:
-                    raise ValueError(f"{blk.name}.{r.name}: {len(targets[f'{blk.name}.{r.name}'])} targets for "
-                                     f"{count} instances")
-                if r.access == "action":
-                    strobes[f"{blk.name}.{r.name}"] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
             continue
         # the block's own copy of a write to one of its addresses (a clock later); the copies differ in
-        # their strobes, so synthesis keeps one a block
+        # their enables, so synthesis keeps one a block
         end = blk.base + blk.stride * (count - 1) + max(r.offset + r.words for r in writable)
         we = Signal(name=f"write_{blk.name}")
         addr = Signal(ADDRESS_BITS, name=f"write_{blk.name}_addr", reset_less=True)
@@ -75,12 +75,7 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
         with m.If(we):
             for r in writable:
                 key = f"{blk.name}.{r.name}"
-                values = targets[key]
-                if len(values) != count:
-                    raise ValueError(f"{key}: {len(values)} targets for {count} instances")
-                if r.access == "action":
-                    strobes[key] = Signal(count, name=f"wrote_{blk.name}_{r.name}")
-                for index, value in enumerate(values):
+                for index, value in enumerate(targets[key]):
                     value = Value.cast(value)
                     for word in range(r.words):
                         low = WORD_BITS * word
