@@ -8,19 +8,22 @@ that no wire of the port's write data reaches every writable register of the swi
 among the most congested nets of the board switch). The writable registers are not read back, so only the
 configuration's records see that clock.
 
-``decode_registers(m, csr, params, targets, readable, transforms=None)`` writes ``targets`` and returns the
-strobes of the ``action`` registers. The design names a target for every writable register of every
-instance and a value for every read-only one; a register of the map that the design does not name, or a
-name that is not in the map, is an error, so the map and the RTL cannot drift apart.
+``decode_registers(m, csr, params, targets, readable, transforms=None, writes=None)`` writes ``targets`` and
+returns the strobes of the ``action`` registers; ``writes`` gives a block's registered writes to components
+that keep a copy of its registers in memories of their own (``block_write_layout``). The design names a
+target for every writable register of every instance and a value for every read-only one; a register of
+the map that the design does not name, or a name that is not in the map, is an error, so the map and the RTL
+cannot drift apart.
 """
 
 from amaranth.hdl import Const, Mux, Signal, Value
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
 
 from ..registers import ADDRESS_BITS, BLOCKS, READ_LATENCY, WORD_BITS, check_map, instances
 
-__all__ = ["csr_signature", "decode_registers"]
+__all__ = ["csr_signature", "decode_registers", "block_write_layout"]
 
 
 def csr_signature():
@@ -29,14 +32,27 @@ def csr_signature():
                              "rdata": In(WORD_BITS)})
 
 
-def decode_registers(m, csr, params, targets, readable, transforms=None):
+def block_write_layout(blk, count):
+    """A write to a word of one of ``count`` instances of ``blk`` (a block whose ``stride`` is a power of two
+    and whose base is aligned to ``stride`` times ``count`` rounded up to one): ``valid`` for the clock of the
+    write, the instance ``index``, the word's ``offset`` in the instance and the ``word``."""
+    stride_bits = exact_log2(blk.stride)
+    if blk.base % (blk.stride << ceil_log2(count)):
+        raise ValueError(f"block {blk.name}: its base {blk.base:#x} is not aligned to its instances")
+    return data.StructLayout({"valid": 1, "index": max(1, ceil_log2(count)), "offset": stride_bits,
+                              "word": WORD_BITS})
+
+
+def decode_registers(m, csr, params, targets, readable, transforms=None, writes=None):
     """``targets``: ``{"block.register": [value of instance 0, ...]}`` for every ``wo`` and ``action``
     register; ``readable``: ``{"block.register": value}`` for every ``ro`` register of a block of one
     instance, ``[value of instance 0, ...]`` of a repeated block; ``transforms``: ``{"block.register":
     f(wdata) -> value}`` applied to a written word (a register of one word). Returns ``{"block.register":
     Signal(count)}``, each bit 1 in the clock an instance's ``action`` register is written. The ``readable``
     values are read ``READ_LATENCY - 2`` clocks after the address: a value chosen by ``csr.addr`` in its own
-    component (the egress stage's counters) may take that many registered clocks."""
+    component (the egress stage's counters) may take that many registered clocks. ``writes``: ``{"block":
+    value of block_write_layout}``, driven with each write to that block's words, in the clock the block's
+    registers take it (a write's transform is not applied to it)."""
     check_map(params)
     transforms = transforms or {}
     expected_targets, expected_readable = set(), set()
@@ -70,6 +86,11 @@ def decode_registers(m, csr, params, targets, readable, transforms=None):
         m.d.sync += we.eq(here)
         with m.If(here):
             m.d.sync += [addr.eq(csr.addr), wdata.eq(csr.wdata)]
+        if blk.name in (writes or {}):
+            out = writes[blk.name]
+            stride_bits = len(out.offset)
+            m.d.comb += [out.valid.eq(we), out.offset.eq(addr[:stride_bits]),
+                         out.index.eq(addr[stride_bits:stride_bits + len(out.index)]), out.word.eq(wdata)]
         # one If per written word rather than one Switch over every address: Amaranth puts the whole Switch,
         # empty cases and all, into each target's process (a Verilog text quadratic in the map's size)
         with m.If(we):

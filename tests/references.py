@@ -8,7 +8,7 @@ import numpy as np
 
 from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame
-from netreduce.registers import READ_LATENCY
+from netreduce.registers import READ_LATENCY, block
 from netreduce.sim.switch_model import ConnectionConfig, JobClass, JobConfig, SwitchConfig, SwitchModel
 from netreduce.wire import ControlType
 
@@ -138,6 +138,18 @@ async def write_registers(ctx, csr, writes):
         ctx.set(csr.we, 1)
         await ctx.tick()
     ctx.set(csr.we, 0)
+
+
+async def write_block(ctx, port, block_name, writes):
+    """amaranth.sim: each ``(word address, word)`` of ``writes`` (words of block ``block_name``, as
+    ``register_writes`` gives them) as a register port's write reaches a component that keeps a copy of the
+    block (``port``: ``hw.csr.block_write_layout``), one a clock; ``valid`` low afterwards."""
+    blk = block(block_name)
+    for at, word in writes:
+        index, offset = divmod(at - blk.base, blk.stride)
+        ctx.set(port, {"valid": 1, "index": index, "offset": offset, "word": word})
+        await ctx.tick()
+    ctx.set(port.valid, 0)
 
 
 # --- a golden model with one bounded-loss job, and its workers' frames (tests/test_lossy_model.py, the

@@ -24,11 +24,13 @@ from netreduce.host.protocol import ControlMessage, build_control_frame, ip_to_i
 from netreduce.hw.deparser import RoceDeparser
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch.emitter import OWN_BYTES, Emission, Emitter, StoredHeader, stored_header_fields
-from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
-from netreduce.registers import vlan_word
+from netreduce.hw.switch.registers import JobEntry, SwitchAddress
+from netreduce.registers import register_writes, vlan_word
 from netreduce.sim.amaranth_streams import send_records
 from netreduce.sim.roce_model import deparse_frame, parse_frame
 from netreduce.wire import CONTROL_DSCP, CONTROL_PORT, UC_WRITE_OPCODES, ControlType
+
+from references import write_block
 
 JOBS, WORKERS, MESSAGE_SLOTS, MESSAGE_PACKETS, MTU, MAX_FRAME = 2, 3, 2, 2, 256, 1024
 SLOTS = JOBS * MESSAGE_SLOTS * MESSAGE_PACKETS
@@ -239,12 +241,12 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
             ctx.set(e.jobs[j], JobEntry.const({"valid": 1, "id": JOB_IDS[j], "workers": WORKERS}))
         for c in range(e.connections_count):
             req, resp = requester(c), responder(c)
-            ctx.set(e.connections[c], ConnectionEntry.const({
-                "valid": 1, "responder_qpn": resp["qpn"], "responder_rkey": resp["rkey"],
-                "requester": {"mac": req["mac"], "ip": ip_to_int(req["ip"]), "vlan": vlan_word(req["vlan"])},
-                "responder": {"mac": resp["mac"], "ip": ip_to_int(resp["ip"])}}))
+            await write_block(ctx, e.connection_write, "connection", register_writes(
+                "connection", c, requester_mac=req["mac"], requester_ip=ip_to_int(req["ip"]),
+                requester_vlan=vlan_word(req["vlan"]), responder_mac=resp["mac"], responder_ip=ip_to_int(resp["ip"]),
+                responder_qpn=resp["qpn"], responder_rkey=resp["rkey"]))
             ctx.set(e.sent[c], s.sent_at_start[c])
-        await ctx.tick().repeat(2)          # the control frames' checksums are registered
+        await ctx.tick()                    # the control frames' checksums are registered
         await send_records(e.descriptors, [e.Descriptor.const(d) for d in s.descriptors], idle=idle, seed=seed)(ctx)
 
     offer_headers = send_records(e.headers, [ParsedHeader.const(header) for header in s.headers])

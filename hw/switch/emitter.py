@@ -41,6 +41,7 @@ from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ...registers import CONNECTION
 from ...wire import (
     CONTROL_DSCP,
     CONTROL_MAGIC,
@@ -51,11 +52,13 @@ from ...wire import (
     ROCE_UDP_PORT,
     ControlType,
 )
+from ..csr import block_write_layout
 from ..deparser import lanes_below
 from ..slots import result_read_signature, sum_done_layout
 from ..stream import ParsedHeader, PayloadBeat, check_width
+from .connection_table import ConnectionTable
 from .forwarding import FrameDestination
-from .registers import ConnectionEntry, JobEntry, SwitchAddress, fields_of
+from .registers import JobEntry, SwitchAddress, fields_of
 from .unsent import message_strobe_layout
 
 __all__ = ["Emitter", "Emission", "HeaderEntry", "StoredHeader", "stored_header", "stored_header_fields",
@@ -192,7 +195,7 @@ class Emitter(wiring.Component):
             "payload": Out(stream.Signature(PayloadBeat(width))),
             "switch": In(SwitchAddress),
             "jobs": In(data.ArrayLayout(JobEntry, jobs)),
-            "connections": In(data.ArrayLayout(ConnectionEntry, C)),
+            "connection_write": In(block_write_layout(CONNECTION, C)),
             "sent": In(data.ArrayLayout(24, C)),
             "psn_used": Out(psn_used_layout(C)),
             "results_sent": Out(message_strobe_layout(jobs * message_slots)),
@@ -205,8 +208,15 @@ class Emitter(wiring.Component):
         C = self.connections_count
         Descriptor = self.Descriptor
         FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
-        req_mac = Array(fields_of(self.connections, C, "requester", "mac"))
-        req_ip = Array(fields_of(self.connections, C, "requester", "ip"))
+        # the connections' fields, each read by the sequencer that needs it (``ConnectionTable``): a result's
+        # addresses by the header sequencer, a CREDIT's requester by the payload sequencer
+        m.submodules.result_connections = result_connections = ConnectionTable(
+            connections=C, registers=("requester_mac", "requester_ip", "requester_vlan", "responder_mac",
+                                      "responder_ip", "responder_qpn", "responder_rkey"))
+        m.submodules.credit_connections = credit_connections = ConnectionTable(
+            connections=C, registers=("requester_mac", "requester_ip"))
+        m.d.comb += [result_connections.write.eq(self.connection_write),
+                     credit_connections.write.eq(self.connection_write)]
         job_id = Array(fields_of(self.jobs, self.jobs_count, "id"))
         sent = Array(self.sent[c] for c in range(C))
 
@@ -297,16 +307,14 @@ class Emitter(wiring.Component):
         with m.If(go & from_ring):
             m.d.sync += self.ring_read.eq(self.ring_read + 1)
 
-        # a CREDIT control frame, 60 bytes; the IPv4 checksum of each connection's control frames depends
-        # on configuration only: registered
+        # a CREDIT control frame, 60 bytes, to the requester of the worker's connection
         sw = self.switch
-        checksums = Array(Signal(16, name=f"control_checksum_{c}") for c in range(C))
-        for c in range(C):
-            m.d.sync += checksums[c].eq(control_checksum(m, sw.ip, req_ip[c]))
-        conn = d.job * N + worker
-        built = control_frame(B, dst_mac=req_mac[conn], dst_ip=req_ip[conn], src_mac=sw.mac, src_ip=sw.ip,
-                              checksum=checksums[conn], port=sw.control_port, job=job_id[d.job], worker=worker,
-                              value=d.value)
+        credit_to = credit_connections.read[0]
+        m.d.comb += credit_to.conn.eq(d.job * N + worker)
+        dst_ip = credit_to.entry.requester_ip
+        built = control_frame(B, dst_mac=credit_to.entry.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
+                              src_ip=sw.ip, checksum=control_checksum(m, sw.ip, dst_ip), port=sw.control_port,
+                              job=job_id[d.job], worker=worker, value=d.value)
         frame = Signal(len(built), name="control_frame")     # built once: each of its words reads it
         m.d.comb += frame.eq(built)
         control_words = Array(frame[i * W:(i + 1) * W] for i in range(control_beats))
@@ -368,13 +376,15 @@ class Emitter(wiring.Component):
         incoming = settled(header_jobs.r_data, "incoming")
         h_desc = Signal(Descriptor)
         h_worker = Signal(range(N + 1))
-        restoring = Signal(ConnectionEntry, reset_less=True)     # the connection of the header being restored ...
+        restoring = Signal(result_connections.Entry, reset_less=True)     # the connection of the header restored ...
         restoring_psn = Signal(24)               # ... and its next PSN toward the responder (a bounded-loss result)
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),
                      hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
                      header_jobs.w_data.eq(job)]
         h_more = h_worker + 1 < h_desc.workers
+        c = h_desc.job * N + h_worker           # the connection of a result's or a CREDIT's header
+        m.d.comb += result_connections.read[0].conn.eq(c)
         with m.FSM(name="headers"):
             def take():
                 """Take the next descriptor (in TAKE, or in the clock the last header of one is handed over,
@@ -397,26 +407,24 @@ class Emitter(wiring.Component):
                 m.d.comb += [h_valid.eq(headers.valid), record.eq(headers.payload), headers.ready.eq(h_ready)]
                 with m.If(h_valid & h_ready):
                     take()
-            c = h_desc.job * N + h_worker
             with m.State("STORE_READ"):
-                # (the worker's connection is registered with the read: no multiplexer over the connections
-                # on the way into the record; its ``sent`` changes only with a header this sequencer hands over)
+                # (the worker's connection is registered with the read, on the way into the record; its ``sent``
+                # changes only with a header this sequencer hands over)
                 m.d.comb += store_read.eq(1)
-                m.d.sync += [restoring.eq(self.connections[c]), restoring_psn.eq(sent[c] + 1)]
+                m.d.sync += [restoring.eq(result_connections.read[0].entry), restoring_psn.eq(sent[c] + 1)]
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 # the worker's stored header, addressed from its requester to its responder (the connection
                 # fixes those: ``StoredHeader``)
                 m.d.comb += h_valid.eq(1)
-                requester, responder = restoring.requester, restoring.responder
-                restore_header(m, record, data.View(StoredHeader, hs_r.data), requester_mac=requester.mac,
-                               requester_ip=requester.ip, requester_vlan=requester.vlan,
-                               responder_mac=responder.mac, responder_ip=responder.ip,
+                restore_header(m, record, data.View(StoredHeader, hs_r.data), requester_mac=restoring.requester_mac,
+                               requester_ip=restoring.requester_ip, requester_vlan=restoring.requester_vlan,
+                               responder_mac=restoring.responder_mac, responder_ip=restoring.responder_ip,
                                responder_qpn=restoring.responder_qpn)
                 with m.If(h_desc.lossy):
                     # a bounded-loss result: the template's, to this worker's connection, with no VLAN priority,
                     # the connection's next PSN, the responder's R_Key and the bitmap
-                    m.d.comb += [lossy_result.eq(1), record.vlan_tci.eq(requester.vlan[:_VID_BITS]),
+                    m.d.comb += [lossy_result.eq(1), record.vlan_tci.eq(restoring.requester_vlan[:_VID_BITS]),
                                  record.bth_psn.eq(restoring_psn),
                                  record.reth_rkey.eq(restoring.responder_rkey), record.immdt.eq(h_desc.bitmap)]
                     with m.If(h_ready):
@@ -429,7 +437,7 @@ class Emitter(wiring.Component):
                         take()
             with m.State("CONTROL_HEADER"):
                 m.d.comb += [h_valid.eq(1), record.eq(0), h_control.eq(1),
-                             destination.eq(req_mac[c])]
+                             destination.eq(result_connections.read[0].entry.requester_mac)]
                 with m.If(h_ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):
@@ -444,17 +452,13 @@ _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control f
 
 
 def control_checksum(m, src_ip, dst_ip):
-    """The IPv4 header checksum of a control frame: the constant words, then the addresses, folded twice.
-    The addresses are configuration, so the work is spread over registered clocks (four from a change of
-    the addresses to the checksum, the caller's register included; traffic follows configuration by far
-    more): each address's two words, then the sum with the constant words, then each fold."""
-    src, dst, total, once, checksum = Signal(17), Signal(17), Signal(20), Signal(17), Signal(16)
-    m.d.sync += [
-        src.eq(src_ip[16:] + src_ip[:16]), dst.eq(dst_ip[16:] + dst_ip[:16]),
-        total.eq(_IPV4_FIXED + src + dst),
-        once.eq(total[:16] + total[16:]),
-    ]
-    m.d.comb += checksum.eq(~(once[:16] + once[16:]))
+    """The IPv4 header checksum of a control frame: the constant words and the addresses, folded twice. The
+    source, the switch's address, is configuration: its sum with the constant words is registered (traffic
+    follows configuration by far more); the destination's words are added in the clock."""
+    fixed, total, once, checksum = Signal(18), Signal(19), Signal(17), Signal(16)
+    m.d.sync += fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16])
+    m.d.comb += [total.eq(fixed + dst_ip[16:] + dst_ip[:16]), once.eq(total[:16] + total[16:]),
+                 checksum.eq(~(once[:16] + once[16:]))]
     return checksum
 
 

@@ -4,7 +4,9 @@ The configuration is the register map of ``netreduce.registers`` (decoded by ``h
 held as records that the other components read: ``switch`` (its addresses), ``jobs``, ``connections``
 (each with the *place* of its requester and of its responder: MAC, IPv4 address, port, VLAN) and the
 ``forwarding`` table. Writing an enable also pulses ``job_enabled`` or ``connection_enabled`` for a clock,
-for the state that the enable resets.
+for the state that the enable resets. ``connection_write`` carries each write to the connection block's words
+(``hw.csr.block_write_layout``) to the components that keep the connections' fields they read by connection in
+a ``ConnectionTable`` of their own, in the clock ``connections`` takes it.
 
 Each port's egress stage (``hw.egress.EgressQueues``) takes its configuration from ``egress[p]`` and shows
 its counters through ``egress_status[p]`` (the register map's ``egress`` block); the reset values are the
@@ -27,8 +29,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...egress import CLASSES, DSCPS, MAX_QUEUES
-from ...registers import COUNTERS, EGRESS, EGRESS_COUNTERS, ETHERNET_COUNTERS, READ_LATENCY, SWITCH
-from ..csr import csr_signature, decode_registers
+from ...registers import CONNECTION, COUNTERS, EGRESS, EGRESS_COUNTERS, ETHERNET_COUNTERS, READ_LATENCY, SWITCH
+from ..csr import block_write_layout, csr_signature, decode_registers
 from ..egress import COUNTER_READ_LATENCY
 from ..ethernet import EthernetStatus
 
@@ -89,6 +91,7 @@ class SwitchRegisters(wiring.Component):
             "forwarding": Out(data.ArrayLayout(ForwardingEntry, forwarding_entries)),
             "job_enabled": Out(jobs),
             "connection_enabled": Out(self.connections_count),
+            "connection_write": Out(block_write_layout(CONNECTION, self.connections_count)),
             "increments": In(self.increment_layout),
             "counters": Out(data.ArrayLayout(COUNTER_BITS, len(COUNTERS))),
             "egress": Out(data.ArrayLayout(egress.config_layout, ports), init=[egress.config_init] * ports),
@@ -134,7 +137,8 @@ class SwitchRegisters(wiring.Component):
         for name in ETHERNET_COUNTERS:
             readable[f"ethernet.{name}"] = ([self.ethernet_status[p][name] for p in range(self.ports)]
                                             if self.ethernet else [])
-        strobes = decode_registers(m, self.csr, self.parameters, targets, readable, transforms)
+        strobes = decode_registers(m, self.csr, self.parameters, targets, readable, transforms,
+                                   writes={"connection": self.connection_write})
         m.d.comb += [self.job_enabled.eq(strobes["job.enable"]),
                      self.connection_enabled.eq(strobes["connection.enable"])]
 

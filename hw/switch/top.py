@@ -299,7 +299,7 @@ class NetReduceSwitch(wiring.Component):
         m.d.comb += [monitor.ring_read.eq(emitter.ring_read), emitter.sent.eq(monitor.sent),
                      monitor.psn_used.eq(emitter.psn_used), monitor.results_sent.eq(emitter.results_sent),
                      emitter.switch.eq(regs.switch), emitter.jobs.eq(regs.jobs),
-                     emitter.connections.eq(regs.connections)]
+                     emitter.connection_write.eq(regs.connection_write)]
         # (whole frames: no pause inside a frame out)
         m.submodules.deparser = deparser = RoceDeparser(W, whole_frames=True, ipv6=self.ipv6)
         wiring.connect(m, emitter.hdr, deparser.hdr)

@@ -1,0 +1,60 @@
+"""Some of the connections' registers, kept again by a component that reads them one connection at a time
+(``ConnectionTable``).
+
+The connection match compares each header with every connection at once, so the configuration is held in
+registers (``SwitchRegisters.connections``). The emitter needs one connection's fields at a time: the
+addresses a result's header is restored with, the requester a CREDIT frame goes to. Read from those
+registers, every connection's fields would run to it through a multiplexer over the connections, and on
+the board switch the configuration's nets were router2's most congested. A ``ConnectionTable`` keeps a
+copy of the fields it is built with, one memory per register word, each read without a clock at the
+connection its reader names, and written with the register port's writes to the connection block
+(``SwitchRegisters.connection_write``, a clock after ``csr.we``, in the clock the registers take them): only
+that write (an index, an offset and a word) reaches the reader. The copy is the registers', word for word,
+at every clock.
+"""
+
+from amaranth.hdl import Module
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ...registers import CONNECTION, WORD_BITS
+from ..csr import block_write_layout
+
+__all__ = ["ConnectionTable"]
+
+
+class ConnectionTable(wiring.Component):
+    """``ConnectionTable(*, connections, registers, reads=1)``: the connection block's ``registers`` (their names,
+    writable ones) of each of ``connections`` connections. ``write``: the register port's writes to the block
+    (``SwitchRegisters.connection_write``); ``read[i]``: ``entry`` (a field per register, by name) is that of
+    connection ``conn``, in the same clock. ``reads`` read ports, each a copy of the memories."""
+
+    def __init__(self, *, connections, registers, reads=1):
+        self.connections_count = connections
+        self.registers = tuple(CONNECTION.register(name) for name in registers)
+        if any(r.access == "ro" for r in self.registers):
+            raise ValueError("a connection table keeps writable registers only")
+        self.Entry = data.StructLayout({r.name: r.bits for r in self.registers})
+        read = wiring.Signature({"conn": In(max(1, ceil_log2(connections))), "entry": Out(self.Entry)})
+        super().__init__({
+            "write": In(block_write_layout(CONNECTION, connections)),
+            "read": Out(read).array(reads),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C, write = self.connections_count, self.write
+        for r in self.registers:
+            for word in range(r.words):
+                low = WORD_BITS * word
+                bits = min(WORD_BITS, r.bits - low)
+                m.submodules[f"{r.name}_{word}"] = memory = Memory(shape=bits, depth=C, init=[])
+                port = memory.write_port()
+                m.d.comb += [port.en.eq(write.valid & (write.offset == r.offset + word)),
+                             port.addr.eq(write.index), port.data.eq(write.word[:bits])]
+                for read in self.read:
+                    port = memory.read_port(domain="comb")
+                    m.d.comb += [port.addr.eq(read.conn), read.entry[r.name][low:low + bits].eq(port.data)]
+        return m
