@@ -12,7 +12,14 @@ from amaranth.sim import Simulator
 
 from netreduce.host.management import ManagementMessage, build_management_frame, management_address
 from netreduce.host.packets import build_ack, build_roce_frame
-from netreduce.host.protocol import ControlMessage, build_control_frame, ip_to_int, mac_to_int
+from netreduce.host.protocol import (
+    ControlMessage,
+    build_control_frame,
+    ip_to_int,
+    mac_to_int,
+    parse_control_payload,
+    udp_payload,
+)
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
@@ -86,6 +93,17 @@ def cases(cfg, rng):
             out.append((src["port"], build(src, dst, qpn, dst_ip=stranger["ip"])))
             out.append((src["port"], build(src, dst, qpn, dest_qp=qpn ^ 1)))               # another key
             out.append((src["port"], build(src, dst, qpn, src_ip=stranger["ip"])))
+        # control requests naming the connection's worker: a CREDIT_REQUEST from its requester, a RESULT_REQUEST
+        # from its responder, each with one thing of the sender wrong
+        for kind, src in ((ControlType.CREDIT_REQUEST, req), (ControlType.RESULT_REQUEST, resp)):
+            message = ControlMessage(kind, conn.job, conn.worker, 1)
+            wrong = ({"vlan": 3}, {"src_mac": stranger["mac"]}, {"src_ip": stranger["ip"]})
+            for port, changes in ((src["port"], {}), ((src["port"] + 1) % PORTS, {}),
+                                  *((src["port"], change) for change in wrong)):
+                sender = {"src_mac": src["mac"], "src_ip": src["ip"], "vlan": src["vlan"], **changes}
+                vlan = sender.pop("vlan")
+                frame = build_control_frame(message, dst_mac=cfg.mac, dst_ip=cfg.ip, **sender)
+                out.append((port, frame if vlan is None else frame[:12] + bytes([0x81, 0, 0, vlan]) + frame[12:]))
     conn = cfg.connections[0]
     req, resp = side(conn, "requester"), side(conn, "responder")
     out.append((req["port"], data_frame(req, resp, conn.responder_qpn, eth_src=mac_to_int(cfg.mac))))
@@ -118,11 +136,16 @@ def cases(cfg, rng):
     return out
 
 
-def model_class(cfg, port, frame):
-    """What the golden model does with the frame, as the match's classes."""
+def model_counters(cfg, port, frame):
+    """The golden model's counters after the frame."""
     model = SwitchModel(cfg, management=MANAGEMENT, build=BUILD)
     model.receive(port, frame)
-    c = model.counters
+    return model.counters
+
+
+def model_class(cfg, port, frame):
+    """What the golden model does with the frame, as the match's classes."""
+    c = model_counters(cfg, port, frame)
     h = parse_frame(frame).header
     if c["drop_spoofed"]:
         return "spoofed"
@@ -130,7 +153,7 @@ def model_class(cfg, port, frame):
         return "management"
     if c["management_refused"]:
         return "refused"
-    if c["drop_control"] or c["credit_requests"]:
+    if c["drop_control"] or c["credit_requests"] or c["result_requests"]:
         return "control" if h["ip_dst"] == ip_to_int(cfg.ip) else "stray"
     if c["acks_seen"]:
         return "ack"
@@ -202,7 +225,7 @@ def test_match_agrees_with_the_model(one_beat_frames):
     sim.add_testbench(take)
     sim.run_until(1e-8 * 20 * len(frames))
     assert len(seen) == len(frames)
-    kinds = []
+    kinds, requests = [], []
     for (port, frame), header, out in zip(frames, headers, seen, strict=True):
         kind = model_class(cfg, port, frame)
         kinds.append(kind)
@@ -212,6 +235,18 @@ def test_match_agrees_with_the_model(one_beat_frames):
         assert match.port == port and out.header.bth_psn == header["bth_psn"]
         if kind in ("ack", "data"):
             assert match.conn == connection_index(cfg, header, kind)
+        message = parse_control_payload(udp_payload(frame, header)) if kind == "control" else None
+        if message is not None and message.type in (ControlType.CREDIT_REQUEST, ControlType.RESULT_REQUEST):
+            # the sender's bit of the connection the request names, as the model's check of the sender (a
+            # RESULT_REQUEST is answered for a bounded-loss job only: the bit is checked for those)
+            j = [job.job for job in cfg.jobs].index(message.job)
+            answered = model_counters(cfg, port, frame)["drop_control"] == 0
+            if message.type == ControlType.CREDIT_REQUEST:
+                requests.append((match.from_requester >> (j * WORKERS + message.worker) & 1, answered))
+            elif cfg.jobs[j].lossy:
+                requests.append((match.from_responder >> (j * WORKERS + message.worker) & 1, answered))
+    assert all(bit == answered for bit, answered in requests), requests
+    assert {answered for _, answered in requests} == {True, False} and len(requests) >= 35
     for kind in ("spoofed", "control", "stray", "ack", "data", "management", "refused", "none"):
         assert kind in kinds, kind       # the table reaches every class
     # a bounded-loss job's data frame on the wrong port is still its worker's

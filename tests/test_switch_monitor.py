@@ -4,7 +4,8 @@ The monitor decides each frame's fate (rules 1 to 9 of docs/ARCHITECTURE.md, "Sw
 frame"; ``SwitchModel.receive``) and says what leaves as descriptors, in commit order. Here it runs behind its
 real neighbours (``RoceParser``, ``ConnectionMatch``, ``SwitchRegisters``, configured through the register map
 as the host library does) on a scenario of both traffic classes: complete messages, a retransmission, a gap, a
-bad aggregation header, ACKs that release a message, credit and result requests, a forged frame, a bad ICRC,
+bad aggregation header, ACKs that release a message, credit and result requests (from the worker's host and
+from another), a forged frame, a bad ICRC,
 traffic of no connection. Frames are offered with idle clocks, descriptors taken with backpressure. Checked
 against the model fed the same frames:
 
@@ -123,6 +124,9 @@ def scenario():
         ack(w, 0)
     frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=0, job=RELIABLE)))
     frames.append((0, fabric.request(1, 0)))    # worker 1's receiver (host 2) asks for message 0 again
+    # the same requests from a host that is not the worker's (on the same port): refused
+    frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=2, job=RELIABLE)))
+    frames.append((0, fabric.request(1, 0, src=0)))
     port, frame = frames[0]
     frames.append((port, corrupted(frame)))     # a bad ICRC
     frames.append((0, NOT_ROCE))

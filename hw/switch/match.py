@@ -17,7 +17,12 @@ headers arrive, ahead of the monitor:
   (``management``, a ``netreduce.wire.ManagementAddress``), from the manager (its MAC, IPv4 address and UDP
   port, untagged, and on its port if the address names one); ``refused``: the same to the management
   address from anyone else (dropped and counted);
-- none of these: unregistered traffic, forwarded.
+- none of these: unregistered traffic, forwarded;
+- ``from_requester``, ``from_responder`` (a bit per connection, for every frame): the frame comes from the
+  connection's requester as bound (its IPv4 address, MAC, VLAN and port, the port not compared for a
+  bounded-loss job), from its responder (IPv4 address, MAC and VLAN). The monitor checks a control request's
+  sender with them, once it has read which connection the request names from its payload, so that no
+  connection's address reaches the monitor.
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
@@ -44,7 +49,8 @@ _ACKNOWLEDGE = 0x11
 def match_layout(connections, ports):
     return data.StructLayout({"conn": max(1, ceil_log2(connections)), "ack": 1, "data": 1, "control": 1,
                               "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
-                              "port": max(1, ceil_log2(ports))})
+                              "port": max(1, ceil_log2(ports)), "from_requester": connections,
+                              "from_responder": connections})
 
 
 class ConnectionMatch(wiring.Component):
@@ -92,6 +98,9 @@ class ConnectionMatch(wiring.Component):
         def comes_from(place, any_port=0):
             return ((port == place.port) | any_port) & (h.eth_src == place.mac) & (vlan == place.vlan)
 
+        def sent_by(place, any_port=0):
+            return comes_from(place, any_port) & (ip_src == place.ip)
+
         def goes_to(place):
             return (h.eth_dst == place.mac) & (ip_dst == place.ip)
 
@@ -99,7 +108,8 @@ class ConnectionMatch(wiring.Component):
         conns = [self.connections[c] for c in range(C)]
         Compared = data.StructLayout({
             "header": ParsedHeader, "port": len(port), "data_key": C, "ack_key": C, "data_bound": C,
-            "ack_bound": C, "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
+            "ack_bound": C, "from_requester": C, "from_responder": C,
+            "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
             "to_management": 1, "from_manager": 1})
         # (the comparisons and the header are data, qualified by ``compared_valid``: no reset)
         compared, compared_valid, now = Signal(Compared, reset_less=True), Signal(), Signal(Compared)
@@ -113,6 +123,9 @@ class ConnectionMatch(wiring.Component):
             now.data_bound.eq(Cat(*[comes_from(conn.requester, self.jobs[c // N].lossy) & goes_to(conn.responder)
                                     for c, conn in enumerate(conns)])),
             now.ack_bound.eq(Cat(*[comes_from(conn.responder) & goes_to(conn.requester) for conn in conns])),
+            now.from_requester.eq(Cat(*[sent_by(conn.requester, self.jobs[c // N].lossy)
+                                        for c, conn in enumerate(conns)])),
+            now.from_responder.eq(Cat(*[sent_by(conn.responder, any_port=1) for conn in conns])),
             now.roce4.eq(roce4), now.acknowledge.eq(h.bth_opcode == _ACKNOWLEDGE),
             now.own.eq((h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))),
             now.to_control_port.eq(ipv4 & ~h.roce & (h.ip_proto == 17) & (h.udp_dport == sw.control_port)),
@@ -159,6 +172,7 @@ class ConnectionMatch(wiring.Component):
             match.refused.eq(to_management & ~compared.from_manager & ~own),
             match.spoofed.eq(own | ((is_ack | is_data) & ~bound)),
             match.port.eq(compared.port),
+            match.from_requester.eq(compared.from_requester), match.from_responder.eq(compared.from_responder),
             queue.w_en.eq(compared_valid), self.o.valid.eq(queue.r_rdy), queue.r_en.eq(self.o.ready),
         ]
         if whole:

@@ -84,7 +84,7 @@ from .emitter import (
 )
 from .management import ManagementRequest
 from .match import match_layout
-from .registers import ConnectionEntry, JobEntry, fields_of, vlan_of
+from .registers import ConnectionEntry, JobEntry, fields_of
 from .requests import WINDOW_BYTES, RequestDecoder, big_endian
 from .unsent import UnsentResults, message_strobe_layout
 
@@ -130,11 +130,13 @@ class StatusMonitor(wiring.Component):
     which checks them); without ``bounded_loss`` no job is of the bounded-loss class.
 
     Ports (the module's docstring): ``frames`` (``header``, ``match``) and ``payload`` in, ``arrival`` (a frame's
-    first beat went into the pipeline); the configuration ``jobs``, ``connections``, ``job_enabled`` and
-    ``connection_enabled`` (``registers.SwitchRegisters``) in, ``increments`` (its counters, every one but
-    ``frames_out``) out; ``descriptors``, ``headers``, ``sum_requests`` out; ``slot_write``, ``ring_write`` (with
-    ``ring_read``, the emitter's pointer, in) and ``store_write`` out; ``sent`` out, ``psn_used`` and
-    ``results_sent`` in; ``management_request`` out with a ``management`` address.
+    first beat went into the pipeline); the configuration ``jobs``, ``connections`` (their ``valid`` and
+    ``start_psn`` only: a control request's sender is checked with the match's ``from_requester`` and
+    ``from_responder``), ``job_enabled`` and ``connection_enabled`` (``registers.SwitchRegisters``) in,
+    ``increments`` (its counters, every one but ``frames_out``) out; ``descriptors``, ``headers``,
+    ``sum_requests`` out; ``slot_write``, ``ring_write`` (with ``ring_read``, the emitter's pointer, in) and
+    ``store_write`` out; ``sent`` out, ``psn_used`` and ``results_sent`` in; ``management_request`` out with a
+    ``management`` address.
     """
 
     def __init__(self, *, width, workers, jobs, dtype, mtu, message_packets, message_slots, max_frame, ports,
@@ -232,10 +234,6 @@ class StatusMonitor(wiring.Component):
         W_lossy = max(1, K // 2)        # a bounded-loss job's window (its other half keeps results for requests)
         job_oldest = registers(J, 32, "job_oldest")
         conn_valid, start_psn = field(self.connections, C, "valid"), field(self.connections, C, "start_psn")
-        req_mac, req_ip = field(self.connections, C, "requester", "mac"), field(self.connections, C, "requester", "ip")
-        req_port, req_vlan = (field(self.connections, C, "requester", "port"),
-                              field(self.connections, C, "requester", "vlan"))
-        resp_mac, resp_ip, resp_vlan = (field(self.connections, C, "responder", name) for name in ("mac", "ip", "vlan"))
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
@@ -331,7 +329,6 @@ class StatusMonitor(wiring.Component):
         })
         look = Signal(Plan)
         plan = Signal(Plan)
-        ip_src = h.ip_src[:32]
         roce4 = h.roce & (h.ip_version == 4)
         conn = hm.conn
         conn_job = Signal(job_bits)
@@ -729,14 +726,12 @@ class StatusMonitor(wiring.Component):
         request_valid = Signal()       # registered in CONTROL_CHECK
         # a CREDIT_REQUEST from the worker's requester as bound: its IP, MAC, port and VLAN; a RESULT_REQUEST
         # (bounded-loss jobs only) from its responder: IP, MAC and VLAN; a bounded-loss job's port is not compared
+        # (the match compared the frame with every connection: ``from_requester``, ``from_responder``)
         request_lossy = job_lossy[request_j]
         request_found_valid = (
             request.ok & request.found & (request_worker < job_n[request_j]) & conn_valid[request_conn]
-            & Mux(request.results,
-                  request_lossy & (resp_ip[request_conn] == ip_src) & (resp_mac[request_conn] == h.eth_src)
-                  & (resp_vlan[request_conn] == vlan_of(h)),
-                  (req_ip[request_conn] == ip_src) & (req_mac[request_conn] == h.eth_src)
-                  & ((req_port[request_conn] == hm.port) | request_lossy) & (req_vlan[request_conn] == vlan_of(h))))
+            & Mux(request.results, request_lossy & hm.from_responder.bit_select(request_conn, 1),
+                  hm.from_requester.bit_select(request_conn, 1)))
 
         # a management request from the manager (the match has checked its addresses: untagged, so the UDP
         # payload follows 42 bytes), checked in MANAGEMENT from the frame as kept; the agent applies it
