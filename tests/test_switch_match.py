@@ -22,11 +22,13 @@ from netreduce.host.protocol import (
 )
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch.match import ConnectionMatch
-from netreduce.hw.switch.registers import ConnectionEntry, JobEntry, SwitchAddress
-from netreduce.registers import vlan_word
+from netreduce.hw.switch.registers import JobEntry, SwitchAddress
+from netreduce.registers import register_writes, vlan_word
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.switch_model import ConnectionConfig, JobConfig, SwitchConfig, SwitchModel
 from netreduce.wire import ControlType, ManagementOp
+
+from references import write_block
 
 JOBS, WORKERS, PORTS = 2, 3, 2
 MANAGEMENT = management_address(switch_mac="02:4e:52:00:00:fe", switch_ip="10.0.255.254",
@@ -175,32 +177,38 @@ def connection_index(cfg, h, kind):
     raise AssertionError("no connection")
 
 
-# (one entry, as at 64 bits: in the slow tier, beside the 64-bit switch's testbenches; tests/test_ram.py has
-# the FIFO of one entry in the fast tier)
-@pytest.mark.parametrize("one_beat_frames", [True, pytest.param(False, marks=pytest.mark.slow(minutes=0.2))])
-def test_match_agrees_with_the_model(one_beat_frames):
+async def configure(ctx, dut, cfg):
+    """The switch's addresses and the jobs into their ports, each connection's registers through the register
+    port's writes (``connection_write``)."""
+    ctx.set(dut.switch, SwitchAddress.const({"mac": mac_to_int(cfg.mac), "ip": ip_to_int(cfg.ip),
+                                             "control_port": cfg.control_port}))
+    for j, job in enumerate(cfg.jobs):
+        ctx.set(dut.jobs[j], JobEntry.const({"valid": 1, "id": job.job, "workers": job.workers, "lossy": job.lossy}))
+    for conn in cfg.connections:
+        c = [job.job for job in cfg.jobs].index(conn.job) * WORKERS + conn.worker
+        values = {"requester_qpn": conn.requester_qpn, "responder_qpn": conn.responder_qpn}
+        for name in ("requester", "responder"):
+            place = side(conn, name)
+            values.update({f"{name}_mac": place["mac"], f"{name}_ip": ip_to_int(place["ip"]),
+                           f"{name}_port": place["port"], f"{name}_vlan": vlan_word(place["vlan"])})
+        await write_block(ctx, dut.connection_write, "connection", register_writes("connection", c, **values,
+                                                                                    enable=1))
+
+
+# header_clocks 1: every connection compared at once (512 bits); 4: two lanes in three steps; 8: one lane in six
+# steps (64 bits; in the slow tier, beside the 64-bit switch's testbenches)
+@pytest.mark.parametrize("header_clocks", [1, 4, pytest.param(8, marks=pytest.mark.slow(minutes=0.2))])
+def test_match_agrees_with_the_model(header_clocks):
     rng = random.Random(5)
     cfg = config()
     frames = cases(cfg, rng)
     dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS, management=MANAGEMENT,
-                          one_beat_frames=one_beat_frames)
+                          header_clocks=header_clocks)
     headers = [parse_frame(frame).header for _, frame in frames]
     seen = []
 
     async def configure_and_offer(ctx):
-        ctx.set(dut.switch, SwitchAddress.const({"mac": mac_to_int(cfg.mac), "ip": ip_to_int(cfg.ip),
-                                                 "control_port": cfg.control_port}))
-        for j, job in enumerate(cfg.jobs):
-            ctx.set(dut.jobs[j], JobEntry.const({"valid": 1, "id": job.job, "workers": job.workers,
-                                                 "lossy": job.lossy}))
-        for conn in cfg.connections:
-            c = [job.job for job in cfg.jobs].index(conn.job) * WORKERS + conn.worker
-            entry = {"valid": 1, "requester_qpn": conn.requester_qpn, "responder_qpn": conn.responder_qpn}
-            for name in ("requester", "responder"):
-                place = side(conn, name)
-                entry[name] = {"mac": place["mac"], "ip": ip_to_int(place["ip"]), "port": place["port"],
-                               "vlan": vlan_word(place["vlan"])}
-            ctx.set(dut.connections[c], ConnectionEntry.const(entry))
+        await configure(ctx, dut, cfg)
         for (port, _), header in zip(frames, headers, strict=True):
             while rng.random() < 0.3:
                 await ctx.tick()
@@ -223,7 +231,7 @@ def test_match_agrees_with_the_model(one_beat_frames):
     sim.add_clock(1e-8)
     sim.add_testbench(configure_and_offer)
     sim.add_testbench(take)
-    sim.run_until(1e-8 * 20 * len(frames))
+    sim.run_until(1e-8 * 30 * len(frames))
     assert len(seen) == len(frames)
     kinds, requests = [], []
     for (port, frame), header, out in zip(frames, headers, seen, strict=True):
@@ -253,3 +261,43 @@ def test_match_agrees_with_the_model(one_beat_frames):
     lossy_data = [(port, out.match.conn) for (port, _), out in zip(frames, seen, strict=True)
                   if out.match.data and out.match.conn // WORKERS == 1]
     assert {port for port, _ in lossy_data} == {0, 1}
+
+
+@pytest.mark.parametrize("header_clocks", [1, 4, 8])
+def test_a_header_every_header_clocks(header_clocks):
+    """Headers offered back to back, matches taken at once: the match takes a header every ``steps`` clocks
+    (``ceil(C / lanes)``, at most ``header_clocks``), one a clock where every connection is compared at once."""
+    cfg = config()
+    frames = cases(cfg, random.Random(6))[:40]
+    dut = ConnectionMatch(jobs=JOBS, workers=WORKERS, ports=PORTS, management=MANAGEMENT,
+                          header_clocks=header_clocks)
+    taken = []
+
+    async def offer(ctx):
+        await configure(ctx, dut, cfg)
+        ctx.set(dut.o.ready, 1)
+        for port, frame in frames:
+            ctx.set(dut.header.payload, ParsedHeader.const(parse_frame(frame).header))
+            ctx.set(dut.port.payload, port)
+            ctx.set(dut.header.valid, 1)
+            ctx.set(dut.port.valid, 1)
+            await ctx.tick().until(dut.header.ready & dut.port.ready)
+        ctx.set(dut.header.valid, 0)
+        ctx.set(dut.port.valid, 0)
+
+    async def watch(ctx):
+        clock = 0
+        async for _, _, valid, ready in ctx.tick().sample(dut.header.valid, dut.header.ready):
+            clock += 1
+            if valid and ready:
+                taken.append(clock)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(offer)
+    sim.add_process(watch)
+    sim.run_until(1e-8 * (40 * header_clocks + 200))
+    assert len(taken) == len(frames)
+    steps = -(-JOBS * WORKERS // -(-JOBS * WORKERS // header_clocks))
+    assert steps <= header_clocks
+    assert {b - a for a, b in zip(taken, taken[1:], strict=False)} == {steps}

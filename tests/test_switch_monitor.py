@@ -36,7 +36,7 @@ from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
 from netreduce.sim.roce_model import parse_frame
-from netreduce.wire import CONTROL_PORT, ControlType
+from netreduce.wire import CONTROL_PORT, ETH_MIN_FRAME, ControlType
 
 from references import JOB, RC_WRITE_ONLY, SWITCH_IP, Fabric, elements, write_registers
 
@@ -51,7 +51,9 @@ class MonitorBench(Elaboratable):
 
     def __init__(self, width):
         self.parser = RoceParser(width)
-        self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS)
+        # (as the switch builds it: where a frame is 8 beats at least, the connections compared in steps)
+        self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS,
+                                     header_clocks=-(-ETH_MIN_FRAME // (width // 8)))
         self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=MTU,
                                      message_packets=PACKETS, message_slots=SLOTS, max_frame=1024, ports=PORTS,
                                      increment_bits=(WORKERS + 1).bit_length())
@@ -68,7 +70,8 @@ class MonitorBench(Elaboratable):
         wiring.connect(m, parser.hdr, match.header)
         wiring.connect(m, match.o, monitor.frames)
         wiring.connect(m, parser.o, monitor.payload)
-        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections),
+        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs),
+                     match.connection_write.eq(regs.connection_write),
                      monitor.jobs.eq(regs.jobs), monitor.connections.eq(regs.connections),
                      monitor.job_enabled.eq(regs.job_enabled), monitor.connection_enabled.eq(regs.connection_enabled),
                      monitor.arrival.eq(parser.i.valid & parser.i.ready & parser.i.payload.first)]

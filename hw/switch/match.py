@@ -27,19 +27,34 @@ headers arrive, ahead of the monitor:
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
 ``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``);
-where no frame is one beat (``one_beat_frames`` false: a header every other clock at most) the FIFO is one
-register of the match alone, and the header stays in the comparisons' register until its match is taken.
+where no frame is one beat (``header_clocks`` above 1) the FIFO is one register of the match alone, and the
+header stays in the comparisons' register until its match is taken.
+
+The comparisons take the clocks that the headers leave them. Where a header comes every ``header_clocks``
+clocks at most (a frame of ``header_clocks`` beats at least: 8 at 64 bits), the connections are compared in
+*steps*, ``lanes`` of them a clock (``lanes = ceil(C / header_clocks)``), so that the header is compared with
+each connection in the ``ceil(C / lanes)`` clocks it waits at the head of the parser's FIFO anyway, and the
+comparisons' bits of each step are kept until the last. Each lane reads the fields of its connections
+(c = step lanes + lane) from a ``ConnectionTable`` of its own, written from the register port's connection
+writes (``connection_write``), at the step: one comparator per lane and field instead of one per connection,
+and no connection's fields reaching the match from the registers (on the board switch, the header's fields
+fanned out to every connection's comparators and the configuration's wires were router2's most congested).
+Where a header can come every clock (512 bits), there is one step, and each lane's table holds one
+connection.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ...registers import CONNECTION
 from ...wire import MANAGEMENT_PORT
+from ..csr import block_write_layout
 from ..ram import RegisterFIFO
 from ..stream import ParsedHeader
-from .registers import ConnectionEntry, JobEntry, SwitchAddress, vlan_of
+from .connection_table import ConnectionTable
+from .registers import JobEntry, SwitchAddress, vlan_of
 
 __all__ = ["ConnectionMatch", "match_layout"]
 
@@ -53,19 +68,27 @@ def match_layout(connections, ports):
                               "from_responder": connections})
 
 
-class ConnectionMatch(wiring.Component):
-    """``ConnectionMatch(*, jobs, workers, ports, management=None, one_beat_frames=True)``. Ports: ``header``
-    (the parser's header records) and ``port`` (the ingress port of each frame, in the same order) in; ``o``
-    (``header``, ``match``) out; ``switch``, ``jobs``, ``connections``: the configuration
-    (``SwitchRegisters``). ``one_beat_frames``: a frame can be one beat (512 bits), so a header can follow a
-    header in the next clock and the queue holds two (one a clock through); else it holds one, which takes a
-    header every other clock (at 64 bits a frame is 8 beats at least)."""
+# the registers of the connection block that the comparisons read
+COMPARED_REGISTERS = tuple(f"{side}_{name}" for side in ("requester", "responder")
+                           for name in ("mac", "ip", "qpn", "port", "vlan")) + ("enable",)
 
-    def __init__(self, *, jobs, workers, ports, management=None, one_beat_frames=True):
+
+class ConnectionMatch(wiring.Component):
+    """``ConnectionMatch(*, jobs, workers, ports, management=None, header_clocks=1)``. Ports: ``header``
+    (the parser's header records) and ``port`` (the ingress port of each frame, in the same order) in; ``o``
+    (``header``, ``match``) out; ``switch``, ``jobs``: the configuration, and ``connection_write``, the
+    register port's writes to the connection block (``SwitchRegisters``). ``header_clocks``: the fewest clocks
+    from one header to the next (a frame's fewest beats). With 1 (512 bits) a header can follow a header in
+    the next clock and the queue holds two (one a clock through); else it holds one, and the connections are
+    compared in ``steps`` clocks, ``lanes`` a clock (the module's docstring)."""
+
+    def __init__(self, *, jobs, workers, ports, management=None, header_clocks=1):
         self.jobs_count, self.workers, self.ports = jobs, workers, ports
         self.management = management
-        self.queue_depth = 2 if one_beat_frames else 1
-        self.connections_count = jobs * workers
+        self.queue_depth = 2 if header_clocks == 1 else 1
+        self.connections_count = C = jobs * workers
+        self.lanes = -(-C // header_clocks)
+        self.steps = -(-C // self.lanes)
         self.Match = match_layout(self.connections_count, ports)
         self.Matched = data.StructLayout({"header": ParsedHeader, "match": self.Match})
         super().__init__({
@@ -74,7 +97,7 @@ class ConnectionMatch(wiring.Component):
             "o": Out(stream.Signature(self.Matched)),
             "switch": In(SwitchAddress),
             "jobs": In(data.ArrayLayout(JobEntry, jobs)),
-            "connections": In(data.ArrayLayout(ConnectionEntry, self.connections_count)),
+            "connection_write": In(block_write_layout(CONNECTION, C)),
         })
 
     def elaborate(self, platform):
@@ -92,40 +115,68 @@ class ConnectionMatch(wiring.Component):
         roce4 = h.roce & ipv4
         vlan = vlan_of(h)
 
-        def registered(c):
-            return self.connections[c].valid & self.jobs[c // N].valid
-
+        # (a place: a side's fields of its connection, by name)
         def comes_from(place, any_port=0):
-            return ((port == place.port) | any_port) & (h.eth_src == place.mac) & (vlan == place.vlan)
+            return ((port == place["port"]) | any_port) & (h.eth_src == place["mac"]) & (vlan == place["vlan"])
 
         def sent_by(place, any_port=0):
-            return comes_from(place, any_port) & (ip_src == place.ip)
+            return comes_from(place, any_port) & (ip_src == place["ip"])
 
         def goes_to(place):
-            return (h.eth_dst == place.mac) & (ip_dst == place.ip)
+            return (h.eth_dst == place["mac"]) & (ip_dst == place["ip"])
 
-        # stage 1, registered: every connection's key and binding compared with the header, and the flags
-        conns = [self.connections[c] for c in range(C)]
-        Compared = data.StructLayout({
-            "header": ParsedHeader, "port": len(port), "data_key": C, "ack_key": C, "data_bound": C,
-            "ack_bound": C, "from_requester": C, "from_responder": C,
-            "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
-            "to_management": 1, "from_manager": 1})
+        # stage 1, registered: every connection's key and binding compared with the header (``lanes`` connections
+        # a clock over ``steps`` clocks, the bits of the steps before the last kept), and the flags
+        lanes, steps = self.lanes, self.steps
+        step = Signal(range(steps))
+        last = step == steps - 1
+        write = self.connection_write
+        Bits = data.StructLayout(dict.fromkeys(("data_key", "ack_key", "data_bound", "ack_bound", "from_requester",
+                                                "from_responder"), C))
+        kept, bits = Signal(Bits), Signal(Bits)     # the steps' bits so far; with this step's
+        for lane in range(lanes):
+            # this lane's connections, c = s * lanes + lane for each step s, in a table of its own read at the step
+            m.submodules[f"connections_{lane}"] = table = ConnectionTable(connections=steps,
+                                                                          registers=COMPARED_REGISTERS)
+            m.d.comb += [table.write.offset.eq(write.offset), table.write.word.eq(write.word),
+                         table.read[0].conn.eq(step)]
+            with m.Switch(write.index):
+                for c in range(lane, C, lanes):
+                    with m.Case(c):
+                        m.d.comb += [table.write.valid.eq(write.valid), table.write.index.eq(c // lanes)]
+            e = table.read[0].entry
+            requester, responder = ({name: e[f"{side}_{name}"] for name in ("mac", "ip", "port", "vlan")}
+                                    for side in ("requester", "responder"))
+            # the connection's job, and whether the connection is one of the build's, at each step
+            at_step = [s * lanes + lane for s in range(steps)]
+            job = [self.jobs[min(c // N, self.jobs_count - 1)] for c in at_step]
+            job_valid = Array(Const(c < C) & j.valid for c, j in zip(at_step, job, strict=True))[step]
+            job_lossy = Array(j.lossy for j in job)[step]
+            registered = e.enable & job_valid
+            compared_now = {
+                "data_key": registered & (ip_src == requester["ip"]) & (h.bth_dest_qp == e.responder_qpn),
+                "ack_key": registered & (ip_src == responder["ip"]) & (h.bth_dest_qp == e.requester_qpn),
+                # (a bounded-loss job's data frames are sprayed over every port: their port is not compared)
+                "data_bound": comes_from(requester, job_lossy) & goes_to(responder),
+                "ack_bound": comes_from(responder) & goes_to(requester),
+                "from_requester": sent_by(requester, job_lossy),
+                "from_responder": sent_by(responder, any_port=1),
+            }
+            for c in range(lane, C, lanes):
+                for name, value in compared_now.items():
+                    m.d.comb += bits[name][c].eq(Mux(step == c // lanes, value, kept[name][c]))
+        both = self.header.valid & self.port.valid
+        with m.If(both & ~last):
+            m.d.sync += [kept.eq(bits), step.eq(step + 1)]
+
+        Compared = data.StructLayout({"header": ParsedHeader, "port": len(port), **Bits.members,
+                                      "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
+                                      "to_management": 1, "from_manager": 1})
         # (the comparisons and the header are data, qualified by ``compared_valid``: no reset)
         compared, compared_valid, now = Signal(Compared, reset_less=True), Signal(), Signal(Compared)
         m.d.comb += [
             now.header.eq(h), now.port.eq(port),
-            now.data_key.eq(Cat(*[registered(c) & (ip_src == conns[c].requester.ip)
-                                  & (h.bth_dest_qp == conns[c].responder_qpn) for c in range(C)])),
-            now.ack_key.eq(Cat(*[registered(c) & (ip_src == conns[c].responder.ip)
-                                 & (h.bth_dest_qp == conns[c].requester_qpn) for c in range(C)])),
-            # (a bounded-loss job's data frames are sprayed over every port: their port is not compared)
-            now.data_bound.eq(Cat(*[comes_from(conn.requester, self.jobs[c // N].lossy) & goes_to(conn.responder)
-                                    for c, conn in enumerate(conns)])),
-            now.ack_bound.eq(Cat(*[comes_from(conn.responder) & goes_to(conn.requester) for conn in conns])),
-            now.from_requester.eq(Cat(*[sent_by(conn.requester, self.jobs[c // N].lossy)
-                                        for c, conn in enumerate(conns)])),
-            now.from_responder.eq(Cat(*[sent_by(conn.responder, any_port=1) for conn in conns])),
+            *[now[name].eq(bits[name]) for name in Bits.members],
             now.roce4.eq(roce4), now.acknowledge.eq(h.bth_opcode == _ACKNOWLEDGE),
             now.own.eq((h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))),
             now.to_control_port.eq(ipv4 & ~h.roce & (h.ip_proto == 17) & (h.udp_dport == sw.control_port)),
@@ -144,14 +195,17 @@ class ConnectionMatch(wiring.Component):
                                     & (h.udp_sport == mg.manager_port) & ~h.vlan_valid
                                     & (port == mg.manager_ingress if mg.manager_ingress is not None else 1)),
             ]
-        both = self.header.valid & self.port.valid
         if whole:
             advance = ~compared_valid | queue.w_rdy
         else:
             advance = ~compared_valid | (queue.r_rdy & self.o.ready)
-        m.d.comb += [self.header.ready.eq(self.port.valid & advance), self.port.ready.eq(self.header.valid & advance)]
+        # the header is taken, and its comparisons registered, at its last step
+        done = last & advance
+        m.d.comb += [self.header.ready.eq(self.port.valid & done), self.port.ready.eq(self.header.valid & done)]
         with m.If(advance):
-            m.d.sync += [compared.eq(now), compared_valid.eq(both)]
+            m.d.sync += [compared.eq(now), compared_valid.eq(both & last)]
+        with m.If(both & done):
+            m.d.sync += step.eq(0)
 
         # stage 2: the match, from the registered comparisons, into the queue
         is_ack = compared.roce4 & compared.acknowledge & compared.ack_key.any()

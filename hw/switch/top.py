@@ -238,10 +238,11 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.parser = parser = RoceParser(W, ipv6=self.ipv6)
         wiring.connect(m, arbiter.o, parser.i)
         m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management,
-                                                     one_beat_frames=W // 8 >= ETH_MIN_FRAME)
+                                                     header_clocks=-(-ETH_MIN_FRAME // (W // 8)))
         wiring.connect(m, parser.hdr, match.header)
         wiring.connect(m, arbiter.frame_port, match.port)
-        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs), match.connections.eq(regs.connections)]
+        m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs),
+                     match.connection_write.eq(regs.connection_write)]
 
         # --- the status monitor: each frame's fate and the state; descriptors, sum requests, bank writes --------
         m.submodules.monitor = monitor = StatusMonitor(

@@ -73,8 +73,9 @@ def register(subparsers):
     parser.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
     parser.add_argument("--placer", choices=("heap", "static", "sa"), default="heap",
                         help="nextpnr's placer (default heap, nextpnr's own default)")
-    parser.add_argument("--router", choices=("router1", "router2"), default="router1",
-                        help="nextpnr's router (default router1, nextpnr's own default for the ECP5)")
+    parser.add_argument("--router", choices=("router1", "router2"), default="router2",
+                        help="nextpnr's router (default router2: router1, nextpnr's own default for the ECP5, "
+                             "rips up the switch's arcs as fast as it routes them)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
