@@ -195,6 +195,15 @@ async def configure(ctx, dut, cfg):
                                                                                     enable=1))
 
 
+async def offer_header(ctx, dut, port, header):
+    """A header and its port offered, both streams in the same clock, until the match takes them."""
+    ctx.set(dut.header.payload, ParsedHeader.const(header))
+    ctx.set(dut.port.payload, port)
+    ctx.set(dut.header.valid, 1)
+    ctx.set(dut.port.valid, 1)
+    await ctx.tick().until(dut.header.ready & dut.port.ready)
+
+
 # header_clocks 1: every connection compared at once (512 bits); 4: two lanes in three steps; 8: one lane in six
 # steps (64 bits; in the slow tier, beside the 64-bit switch's testbenches)
 @pytest.mark.parametrize("header_clocks", [1, 4, pytest.param(8, marks=pytest.mark.slow(minutes=0.2))])
@@ -212,11 +221,7 @@ def test_match_agrees_with_the_model(header_clocks):
         for (port, _), header in zip(frames, headers, strict=True):
             while rng.random() < 0.3:
                 await ctx.tick()
-            ctx.set(dut.header.payload, ParsedHeader.const(header))
-            ctx.set(dut.port.payload, port)
-            ctx.set(dut.header.valid, 1)
-            ctx.set(dut.port.valid, 1)
-            await ctx.tick().until(dut.header.ready & dut.port.ready)
+            await offer_header(ctx, dut, port, header)
             ctx.set(dut.header.valid, 0)
             ctx.set(dut.port.valid, 0)
 
@@ -277,11 +282,7 @@ def test_a_header_every_header_clocks(header_clocks):
         await configure(ctx, dut, cfg)
         ctx.set(dut.o.ready, 1)
         for port, frame in frames:
-            ctx.set(dut.header.payload, ParsedHeader.const(parse_frame(frame).header))
-            ctx.set(dut.port.payload, port)
-            ctx.set(dut.header.valid, 1)
-            ctx.set(dut.port.valid, 1)
-            await ctx.tick().until(dut.header.ready & dut.port.ready)
+            await offer_header(ctx, dut, port, parse_frame(frame).header)
         ctx.set(dut.header.valid, 0)
         ctx.set(dut.port.valid, 0)
 
