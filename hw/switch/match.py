@@ -129,10 +129,6 @@ class ConnectionMatch(wiring.Component):
         # a clock over ``steps`` clocks, the bits of the steps before the last kept), and the flags
         lanes, steps = self.lanes, self.steps
         step = Signal(range(steps))
-        # in steps, each lane's fields are read a clock ahead, at the step that comes next, into a register
-        # beside the comparators (a configuration write reaches them a clock later than the registers)
-        ahead = steps > 1
-        read_step = Signal(range(steps))
         last = step == steps - 1
         write = self.connection_write
         Bits = data.StructLayout(dict.fromkeys(("data_key", "ack_key", "data_bound", "ack_bound", "from_requester",
@@ -143,15 +139,12 @@ class ConnectionMatch(wiring.Component):
             m.submodules[f"connections_{lane}"] = table = ConnectionTable(connections=steps,
                                                                           registers=COMPARED_REGISTERS)
             m.d.comb += [table.write.offset.eq(write.offset), table.write.word.eq(write.word),
-                         table.read[0].conn.eq(read_step if ahead else step)]
+                         table.read[0].conn.eq(step)]
             with m.Switch(write.index):
                 for c in range(lane, C, lanes):
                     with m.Case(c):
                         m.d.comb += [table.write.valid.eq(write.valid), table.write.index.eq(c // lanes)]
             e = table.read[0].entry
-            if ahead:
-                e = Signal(table.Entry, name=f"lane_{lane}", reset_less=True)
-                m.d.sync += e.eq(table.read[0].entry)
             requester, responder = ({name: e[f"{side}_{name}"] for name in ("mac", "ip", "port", "vlan")}
                                     for side in ("requester", "responder"))
             # the connection's job, and whether the connection is one of the build's, at each step
@@ -208,7 +201,6 @@ class ConnectionMatch(wiring.Component):
             advance = ~compared_valid | (queue.r_rdy & self.o.ready)
         # the header is taken, and its comparisons registered, at its last step
         done = last & advance
-        m.d.comb += read_step.eq(Mux(both & ~last, step + 1, Mux(both & done, 0, step)))
         m.d.comb += [self.header.ready.eq(self.port.valid & done), self.port.ready.eq(self.header.valid & done)]
         with m.If(advance):
             m.d.sync += [compared.eq(now), compared_valid.eq(both & last)]
