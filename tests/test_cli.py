@@ -60,8 +60,9 @@ def test_each_command_shows_the_switch_defaults_it_uses():
 
 
 def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_line_says_otherwise():
-    """The Versa's ECP5-45 takes a smaller switch than ``BOARD_DEFAULTS`` (``Board.switch_defaults``); a value on
-    the command line wins, the same value as the general default included; other boards keep the general ones."""
+    """The Versa's ECP5-45 takes a smaller switch than ``BOARD_DEFAULTS`` (``Board.switch_defaults``), and the
+    one-port boards one that routes; a value on the command line wins, the same value as the general default
+    included."""
     from netreduce.boards import BOARDS
     from netreduce.cli import build_parser
     from netreduce.commands.build import BOARD_DEFAULTS, board_switch_defaults
@@ -81,10 +82,12 @@ def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_li
     assert got[:3] + got[4:] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3, True)
     assert all(type(value) in (int, bool, str, float, type(None)) or callable(value) for value in vars(args).values())
     general = build_parser().parse_args(["generate", "--out", "x"])     # (the options BOARD_DEFAULTS leaves)
-    _, got = parsed("--board", "butterstick")       # one port: a forwarding table of one entry
-    assert got == (BOARD_DEFAULTS["workers"], 1, general.egress_queues, BOARD_DEFAULTS["max_frame"], True)
+    # one port: a forwarding table of one entry, two egress queues, no bounded-loss class
+    _, got = parsed("--board", "butterstick")
+    assert got == (BOARD_DEFAULTS["workers"], 1, 2, BOARD_DEFAULTS["max_frame"], False)
+    assert general.egress_queues != 2 and general.bounded_loss is not False
     assert parsed("--board", "ecpix5-85", "--forwarding-entries", "4")[1][1] == 4
-    assert parsed("--board", "butterstick")[0].bounded_loss is True
+    assert parsed("--board", "butterstick", "--bounded-loss")[0].bounded_loss is True
 
 
 @pytest.mark.parametrize("args", [
