@@ -9,7 +9,8 @@ library and the golden model's serializer: a frame that goes on is the frame tha
 worker's stored header with the sum, a first packet's own 16 bytes over its start; a bounded-loss result the
 template's header addressed from the worker's requester to its responder with the connection's next PSN, the
 responder's R_Key and the bitmap as immediate; a CREDIT is ``build_control_frame``'s. Each frame's class
-goes with it; no result leaves before its sum is done; with no backpressure no frame pauses inside."""
+goes with it; no result leaves before its sum is done; with no backpressure no frame pauses inside. The
+connections are written as the register port writes them (``connection_write``: the emitter's own tables)."""
 
 import random
 
