@@ -1,7 +1,7 @@
 """amaranth.sim unit test of hw/switch/connection_table.py (``ConnectionTable``): behind ``SwitchRegisters``'s
 ``connection_write``, random writes through the ``csr`` port (words of every connection's registers, words
-between them that are no register, words of the other blocks) leave each read port showing, at every clock and
-for whichever connection it names, the registers' values as the register map's ``RegisterFile`` keeps them
+between them that are no register, words of the other blocks) leave the read showing, at every clock and for
+whichever connection it names, the registers' values as the register map's ``RegisterFile`` keeps them
 (the golden model) and as ``SwitchRegisters.connections`` holds them."""
 
 import random
@@ -29,12 +29,12 @@ def registers_field(entry, name):
 
 @pytest.mark.parametrize("jobs, workers", [(1, 1), (1, 3), (2, 2)])
 def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers):
-    C, reads = jobs * workers, 2
+    C = jobs * workers
     stage = EgressQueues(64, queues=2, depth_beats=256, max_frame=1024)
     stage._MustUse__silence = True      # only its configuration's and counters' shapes are used
     regs = SwitchRegisters(jobs=jobs, workers=workers, forwarding_entries=1, mtu=1024, increment_bits=2,
                            egress=stage, ports=1)
-    table = ConnectionTable(connections=C, registers=TABLE_REGISTERS, reads=reads)
+    table = ConnectionTable(connections=C, registers=TABLE_REGISTERS)
     m = Module()
     m.submodules.regs, m.submodules.table = regs, table
     m.d.comb += table.write.eq(regs.connection_write)
@@ -47,25 +47,23 @@ def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers
 
     async def bench(ctx):
         pending = None          # the write the port took in the clock before (the registers take it now)
-        for step in range(60 * C):
+        for step in range(120 * C):
             write = (rng.choice(words), rng.getrandbits(32)) if rng.random() < 0.8 else None
             if write is not None:
                 ctx.set(regs.csr.addr, write[0])
                 ctx.set(regs.csr.wdata, write[1])
             ctx.set(regs.csr.we, write is not None)
-            for read in table.read:
-                ctx.set(read.conn, rng.randrange(C))
+            ctx.set(table.conn, rng.randrange(C))
             await ctx.tick()
             if pending is not None:
                 model.write(*pending)
             pending = write
-            for read in table.read:
-                c = ctx.get(read.conn)
-                entry, held = ctx.get(read.entry), ctx.get(regs.connections[c])
-                for name in TABLE_REGISTERS:
-                    assert entry[name] == model["connection", c, name], (step, c, name)
-                    assert entry[name] == registers_field(held, name), (step, c, name)
-                    checked.append((c, name))
+            c = ctx.get(table.conn)
+            entry, held = ctx.get(table.entry), ctx.get(regs.connections[c])
+            for name in TABLE_REGISTERS:
+                assert entry[name] == model["connection", c, name], (step, c, name)
+                assert entry[name] == registers_field(held, name), (step, c, name)
+                checked.append((c, name))
 
     sim = Simulator(m)
     sim.add_clock(1e-8)

@@ -26,21 +26,21 @@ __all__ = ["ConnectionTable"]
 
 
 class ConnectionTable(wiring.Component):
-    """``ConnectionTable(*, connections, registers, reads=1)``: the connection block's ``registers`` (their names,
+    """``ConnectionTable(*, connections, registers)``: the connection block's ``registers`` (their names,
     writable ones) of each of ``connections`` connections. ``write``: the register port's writes to the block
-    (``SwitchRegisters.connection_write``); ``read[i]``: ``entry`` (a field per register, by name) is that of
-    connection ``conn``, in the same clock. ``reads`` read ports, each a copy of the memories."""
+    (``SwitchRegisters.connection_write``); ``entry`` (a field per register, by name) is that of connection
+    ``conn``, in the same clock."""
 
-    def __init__(self, *, connections, registers, reads=1):
+    def __init__(self, *, connections, registers):
         self.connections_count = connections
         self.registers = tuple(CONNECTION.register(name) for name in registers)
         if any(r.access == "ro" for r in self.registers):
             raise ValueError("a connection table keeps writable registers only")
         self.Entry = data.StructLayout({r.name: r.bits for r in self.registers})
-        read = wiring.Signature({"conn": In(max(1, ceil_log2(connections))), "entry": Out(self.Entry)})
         super().__init__({
             "write": In(block_write_layout(CONNECTION, connections)),
-            "read": Out(read).array(reads),
+            "conn": In(max(1, ceil_log2(connections))),
+            "entry": Out(self.Entry),
         })
 
     def elaborate(self, platform):
@@ -54,7 +54,6 @@ class ConnectionTable(wiring.Component):
                 port = memory.write_port()
                 m.d.comb += [port.en.eq(write.valid & (write.offset == r.offset + word)),
                              port.addr.eq(write.index), port.data.eq(write.word[:bits])]
-                for read in self.read:
-                    port = memory.read_port(domain="comb")
-                    m.d.comb += [port.addr.eq(read.conn), read.entry[r.name][low:low + bits].eq(port.data)]
+                port = memory.read_port(domain="comb")
+                m.d.comb += [port.addr.eq(self.conn), self.entry[r.name][low:low + bits].eq(port.data)]
         return m

@@ -309,10 +309,9 @@ class Emitter(wiring.Component):
 
         # a CREDIT control frame, 60 bytes, to the requester of the worker's connection
         sw = self.switch
-        credit_to = credit_connections.read[0]
-        m.d.comb += credit_to.conn.eq(d.job * N + worker)
-        dst_ip = credit_to.entry.requester_ip
-        built = control_frame(B, dst_mac=credit_to.entry.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
+        m.d.comb += credit_connections.conn.eq(d.job * N + worker)
+        dst_ip = credit_connections.entry.requester_ip
+        built = control_frame(B, dst_mac=credit_connections.entry.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
                               src_ip=sw.ip, checksum=control_checksum(m, sw.ip, dst_ip), port=sw.control_port,
                               job=job_id[d.job], worker=worker, value=d.value)
         frame = Signal(len(built), name="control_frame")     # built once: each of its words reads it
@@ -384,7 +383,7 @@ class Emitter(wiring.Component):
                      header_jobs.w_data.eq(job)]
         h_more = h_worker + 1 < h_desc.workers
         c = h_desc.job * N + h_worker           # the connection of a result's or a CREDIT's header
-        m.d.comb += result_connections.read[0].conn.eq(c)
+        m.d.comb += result_connections.conn.eq(c)
         with m.FSM(name="headers"):
             def take():
                 """Take the next descriptor (in TAKE, or in the clock the last header of one is handed over,
@@ -411,7 +410,7 @@ class Emitter(wiring.Component):
                 # (the worker's connection is registered with the read, on the way into the record; its ``sent``
                 # changes only with a header this sequencer hands over)
                 m.d.comb += store_read.eq(1)
-                m.d.sync += [restoring.eq(result_connections.read[0].entry), restoring_psn.eq(sent[c] + 1)]
+                m.d.sync += [restoring.eq(result_connections.entry), restoring_psn.eq(sent[c] + 1)]
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 # the worker's stored header, addressed from its requester to its responder (the connection
@@ -437,7 +436,7 @@ class Emitter(wiring.Component):
                         take()
             with m.State("CONTROL_HEADER"):
                 m.d.comb += [h_valid.eq(1), record.eq(0), h_control.eq(1),
-                             destination.eq(result_connections.read[0].entry.requester_mac)]
+                             destination.eq(result_connections.entry.requester_mac)]
                 with m.If(h_ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(~(h_desc.all & h_more)):

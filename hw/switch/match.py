@@ -139,12 +139,12 @@ class ConnectionMatch(wiring.Component):
             m.submodules[f"connections_{lane}"] = table = ConnectionTable(connections=steps,
                                                                           registers=COMPARED_REGISTERS)
             m.d.comb += [table.write.offset.eq(write.offset), table.write.word.eq(write.word),
-                         table.read[0].conn.eq(step)]
+                         table.conn.eq(step)]
             with m.Switch(write.index):
                 for c in range(lane, C, lanes):
                     with m.Case(c):
                         m.d.comb += [table.write.valid.eq(write.valid), table.write.index.eq(c // lanes)]
-            e = table.read[0].entry
+            e = table.entry
             requester, responder = ({name: e[f"{side}_{name}"] for name in ("mac", "ip", "port", "vlan")}
                                     for side in ("requester", "responder"))
             # the connection's job, and whether the connection is one of the build's, at each step
