@@ -27,7 +27,7 @@ back-to-back frames flow without bubbles; frames shorter than the window (runts)
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -54,6 +54,7 @@ from ..wire import (
     header_bytes,
 )
 from .crc import crc_update, icrc_beat_masks, residue_after
+from .ram import BlockRAMFIFO
 from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, header_stream, payload_stream
 
 __all__ = ["RoceParser", "FrameContext", "decode_normalize", "decode_raw", "decode_fields",
@@ -445,11 +446,12 @@ class RoceParser(wiring.Component):
         # is decoded (input register, window register, four decode registers, context FIFO)
         self.beat_fifo_depth = self.window_beats + 17
         # The header and context FIFOs hold the records of the frames whose beats wait in the beat FIFO
-        # (a frame of one beat each at 512 bits), besides those on their way into them; their storage
-        # fills whole distributed RAMs of 16 entries. The context FIFO has an output register besides (its
-        # record starts the process stage's paths); the header FIFO has none: its reader registers what it
-        # reads (``hw.switch.match.ConnectionMatch``), and a register of a whole header record here would
-        # be some 800 more flip-flops on the records' congested way through the switch.
+        # (a frame of one beat each at 512 bits), besides those on their way into them. The context FIFO
+        # fills whole distributed RAMs of 16 entries and has an output register besides (its record starts
+        # the process stage's paths). The header FIFO is in block RAM (``hw.ram.BlockRAMFIFO``), whose own
+        # output register holds the record at its head: as a distributed RAM its hundreds of cells and their
+        # outputs, which fan out to the connection match's comparators, were where the board switch's
+        # routing congested (docs/ARCHITECTURE.md, "Boards").
         frames_waiting = -(-self.beat_fifo_depth // -(-ETH_MIN_FRAME // self.beat_bytes))
         self.header_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16)
         self.record_fifo_depth = self.header_fifo_depth + 1
@@ -467,7 +469,7 @@ class RoceParser(wiring.Component):
 
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
         m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=self.record_fifo_depth)
-        m.submodules.headers = headers = SyncFIFO(width=ParsedHeader.size, depth=self.header_fifo_depth)
+        m.submodules.headers = headers = BlockRAMFIFO(width=ParsedHeader.size, depth=self.header_fifo_depth)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
         m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
