@@ -21,7 +21,7 @@ class Board:
         return getattr(importlib.import_module(module), name)
 
 
-ONE_PORT_DEFAULTS = (("forwarding_entries", 1), ("egress_queues", 2), ("bounded_loss", False))
+ONE_PORT_DEFAULTS = (("forwarding_entries", 1),)
 
 BOARDS = {
     # the LFE5UM-45F: a worker on each of its two ports (the general board defaults pack into 112 % of its
@@ -29,9 +29,7 @@ BOARDS = {
     "versa-ecp5": Board("amaranth_boards.versa_ecp5:VersaECP5Platform", 2, "clk100", 100_000_000,
                         switch_defaults=(("workers", 2), ("forwarding_entries", 4), ("egress_queues", 2),
                                          ("bounded_loss", False))),
-    # one port: every frame leaves by it, so the forwarding table has one entry only (the register map keeps it);
-    # two egress queues and no bounded-loss class: the switch that routes (with the class it does not yet:
-    # docs/ARCHITECTURE.md, "Boards")
+    # one port: every frame leaves by it, so the forwarding table has one entry only (the register map keeps it)
     "butterstick": Board("amaranth_boards.butterstick:ButterStickPlatform", 1, "clk30", 30_000_000,
                          switch_defaults=ONE_PORT_DEFAULTS),
     "ecpix5-85": Board("amaranth_boards.ecpix5:ECPIX585Platform", 1, "clk100", 100_000_000,

@@ -61,7 +61,7 @@ def test_each_command_shows_the_switch_defaults_it_uses():
 
 def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_line_says_otherwise():
     """The Versa's ECP5-45 takes a smaller switch than ``BOARD_DEFAULTS`` (``Board.switch_defaults``), and the
-    one-port boards one that routes; a value on the command line wins, the same value as the general default
+    one-port boards a forwarding table of one entry; a value on the command line wins, the same value as the general default
     included."""
     from netreduce.boards import BOARDS
     from netreduce.cli import build_parser
@@ -82,12 +82,14 @@ def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_li
     assert got[:3] + got[4:] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3, True)
     assert all(type(value) in (int, bool, str, float, type(None)) or callable(value) for value in vars(args).values())
     general = build_parser().parse_args(["generate", "--out", "x"])     # (the options BOARD_DEFAULTS leaves)
-    # one port: a forwarding table of one entry, two egress queues, no bounded-loss class
+    # one port: a forwarding table of one entry, and the general defaults otherwise (the bounded-loss class
+    # and the egress queues included)
     _, got = parsed("--board", "butterstick")
-    assert got == (BOARD_DEFAULTS["workers"], 1, 2, BOARD_DEFAULTS["max_frame"], False)
-    assert general.egress_queues != 2 and general.bounded_loss is not False
+    assert got == (BOARD_DEFAULTS["workers"], 1, general.egress_queues, BOARD_DEFAULTS["max_frame"],
+                   general.bounded_loss)
+    assert general.forwarding_entries != 1
     assert parsed("--board", "ecpix5-85", "--forwarding-entries", "4")[1][1] == 4
-    assert parsed("--board", "butterstick", "--bounded-loss")[0].bounded_loss is True
+    assert parsed("--board", "butterstick", "--no-bounded-loss")[0].bounded_loss is False
 
 
 @pytest.mark.parametrize("args", [
