@@ -25,7 +25,7 @@ ONE_PORT_DEFAULTS = (("forwarding_entries", 1),)
 
 BOARDS = {
     # the LFE5UM-45F: a worker on each of its two ports (the general board defaults pack into 112 % of its
-    # logic cells, these into 73 %: docs/ARCHITECTURE.md, "Boards"); frames of 1,536 bytes at most (a
+    # logic cells, these into 70 %: docs/ARCHITECTURE.md, "Boards"); frames of 1,536 bytes at most (a
     # standard Ethernet frame, an MTU-1024 RoCE payload), so that each port's receive buffer and the packet
     # ring, two longest frames each, take 512 words of block RAM, not 1,024: the switch fits its 108 DP16KD
     "versa-ecp5": Board("amaranth_boards.versa_ecp5:VersaECP5Platform", 2, "clk100", 100_000_000,
