@@ -41,10 +41,11 @@
   is compiled with g++ -O2 unless ``NETREDUCE_VERILATOR_CXX_OPT`` says otherwise, where the tests use
   -O0 for short builds).
 - With ``--synth``: LUTs, flip-flops, block RAMs and Fmax of a 64-bit, 2-port, 4-worker, 1-job build on
-  the ECP5-85 (speed grade 8), against the 156.25 MHz goal (the switch the issue sets that goal for, and
-  ``bench_switch_parts.py`` takes apart). That build has an 8-message credit window
-  (``SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs, its slot, result and header memories
-  take 262 DP16KD block RAMs, more than the 208 of the device (Yosys ``synth_ecp5``). With
+  the ECP5-85 (speed grade 8), RoCE over IPv4 only as ``netreduce build`` builds it for a board, against
+  the 156.25 MHz goal (the switch the issue sets that goal for, and ``bench_switch_parts.py`` takes apart).
+  That build has an 8-message credit window (``SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs,
+  its slot, result and header memories take more DP16KD block RAMs than the 208 of the device (262 with
+  IPv6, Yosys ``synth_ecp5``). With
   ``--no-route`` nextpnr stops after placement and the Fmax is its estimate (routing this build with
   the WebAssembly nextpnr took over an hour without finishing). ``deepest`` lists the ten deepest
   register inputs in logic levels (``netreduce.synth.logic_depths``: a LUT4 is one level), the paths
@@ -262,8 +263,10 @@ def main(argv=None):
         print("64-bit ports into the 512-bit core: done", file=sys.stderr)
     if args.synth:
         from netreduce.synth import synth_ecp5
+        # RoCE over IPv4 only, as ``netreduce build`` builds the switch for an ECP5 board (with IPv6 its
+        # 968-bit header records take 209 DP16KD of the device's 208)
         switch = NetReduceSwitch(width=64, ports=2, workers=4, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048)
+                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048, ipv6=False)
         result = synth_ecp5(switch, "netreduce_switch_64b_2p_4w", freq_mhz=156.25, route=not args.no_route,
                             placer=args.placer, router=args.router)
         result.pop("work_dir", None)

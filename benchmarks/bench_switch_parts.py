@@ -4,7 +4,8 @@
                                             [--no-route]
 
 The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
-window (MTU 1024, 4-packet messages, ``max_frame`` 2048). It is elaborated once, and each of its named parts
+window (MTU 1024, 4-packet messages, ``max_frame`` 2048), RoCE over IPv4 only as on the boards
+(``bench_switch.py --synth``). It is elaborated once, and each of its named parts
 (``hw.switch.top.NetReduceSwitch``'s submodules, with the very parameters the top gives them) goes through
 ``netreduce.synth.synth_ecp5`` on its own: Yosys ``synth_ecp5``, nextpnr-ecp5 on an LFE5U-85F (CABGA381, speed
 grade 8) at 156.25 MHz, each input bit driven from a register and each output bit registered (the harness of
@@ -38,7 +39,7 @@ def switch_parts(ports):
     """The named parts of the issue's 64-bit switch with ``ports`` ports: {name: component}, each a
     ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
     switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                             message_slots=MESSAGE_SLOTS, max_frame=MAX_FRAME)
+                             message_slots=MESSAGE_SLOTS, max_frame=MAX_FRAME, ipv6=False)
     m = switch.elaborate(None)
     parts = {}
     # (smallest first; the ports' egress stages are alike, so one stands for all)

@@ -448,10 +448,10 @@ class RoceParser(wiring.Component):
         # The header and context FIFOs hold the records of the frames whose beats wait in the beat FIFO
         # (a frame of one beat each at 512 bits), besides those on their way into them. The context FIFO
         # fills whole distributed RAMs of 16 entries and has an output register besides (its record starts
-        # the process stage's paths). The header FIFO is in block RAM (``hw.ram.BlockRAMFIFO``), whose own
-        # output register holds the record at its head: as a distributed RAM its hundreds of cells and their
-        # outputs, which fan out to the connection match's comparators, were where the board switch's
-        # routing congested (docs/ARCHITECTURE.md, "Boards").
+        # the process stage's paths). The header FIFO is in block RAM (``hw.ram.BlockRAMFIFO``), whose
+        # synchronous read holds the record at its head: as a distributed RAM its hundreds of cells and
+        # their outputs, which fan out to the connection match's comparators, were where the board
+        # switch's routing congested (docs/ARCHITECTURE.md, "Boards").
         frames_waiting = -(-self.beat_fifo_depth // -(-ETH_MIN_FRAME // self.beat_bytes))
         self.header_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16)
         self.record_fifo_depth = self.header_fifo_depth + 1

@@ -61,8 +61,8 @@ def test_each_command_shows_the_switch_defaults_it_uses():
 
 def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_line_says_otherwise():
     """The Versa's ECP5-45 takes a smaller switch than ``BOARD_DEFAULTS`` (``Board.switch_defaults``), and the
-    one-port boards a forwarding table of one entry; a value on the command line wins, the same value as the general default
-    included."""
+    one-port boards a forwarding table of one entry; a value on the command line wins, the same value as the
+    general default included."""
     from netreduce.boards import BOARDS
     from netreduce.cli import build_parser
     from netreduce.commands.build import BOARD_DEFAULTS, board_switch_defaults

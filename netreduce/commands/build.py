@@ -7,8 +7,9 @@ the utilisation, and the time each step took. Exit status 1 if a domain misses i
 
 The switch options are ``generate``'s, with small defaults (``BOARD_DEFAULTS``: they fit the ECP5-85 boards), and a
 board's own where a board needs a smaller switch (``netreduce.boards.Board.switch_defaults``: the Versa's ECP5-45
-takes 2 workers, 4 forwarding entries, 2 egress queues and frames of 1,536 bytes at most; a board of one port, a forwarding table of one entry;
-docs/ARCHITECTURE.md, "Boards"); an option given on the command line always wins;
+takes 2 workers, 4 forwarding entries, 2 egress queues and frames of 1,536 bytes at most; a board of one
+port, a forwarding table of one entry; docs/ARCHITECTURE.md, "Boards"); an option given on the command line
+always wins;
 the board's switch is configured in-band only, so ``--manager-mac`` and ``--manager-ip`` are required.
 ``--loopback`` builds the bring-up image instead: no switch, each port echoing its good frames.
 """
