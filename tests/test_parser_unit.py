@@ -100,6 +100,33 @@ def test_parser_with_idle_and_backpressure():
     check_parser(_capture_sample(16, 7), 64, idle=0.3, backpressure=0.4, seed=3)
 
 
+@pytest.mark.parametrize("width", [64, 512])
+def test_a_header_leaves_before_or_with_its_payload_s_first_beat(width):
+    """Parser contract, rule 8: with frames back to back (the captures, and short frames that are not RoCE,
+    one beat at 512 bits) and both outputs always taken, each frame's header record is handed over in the
+    clock of its payload's first beat or earlier."""
+    frames = _capture_sample(24, width + 2) + [bytes(range(60)), bytes(64)] * 3
+    dut = RoceParser(width, ipv6=False)
+    headers, payloads, header_clocks, first_beat_clocks = [], [], [], []
+
+    async def watch(ctx):
+        clock = 0
+        while True:
+            if ctx.get(dut.hdr.valid) and ctx.get(dut.hdr.ready):
+                header_clocks.append(clock)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready) and ctx.get(dut.o.payload.first):
+                first_beat_clocks.append(clock)
+            await ctx.tick()
+            clock += 1
+    run(dut,
+        [send_frames(dut.i, frames, width // 8)],
+        [collect_records(dut.hdr, headers), collect_frames(dut.o, width // 8, payloads), watch],
+        until_idle=lambda: len(payloads) == len(frames) and len(headers) == len(frames))
+    assert len(header_clocks) == len(first_beat_clocks) == len(frames)
+    late = [(k, h, p) for k, (h, p) in enumerate(zip(header_clocks, first_beat_clocks, strict=True)) if h > p]
+    assert not late, f"(frame, header's clock, first payload beat's clock) with the header late: {late}"
+
+
 @pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("width", [64, 512])
 def test_deparser_on_captures(width):
