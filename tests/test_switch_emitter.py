@@ -42,7 +42,9 @@ LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]
 
 
 def requester(c):
-    return {"mac": 0x02_00_00_00_01_00 + c, "ip": f"10.0.1.{c + 1}", "vlan": 7 if c == 4 else None}
+    # (every other address of words whose sum carries out of 16 bits: a CREDIT's IPv4 checksum folds it)
+    ip = f"10.0.1.{c + 1}" if c % 2 == 0 else f"250.{250 + c}.255.{250 - c}"
+    return {"mac": 0x02_00_00_00_01_00 + c, "ip": ip, "vlan": 7 if c == 4 else None}
 
 
 def responder(c):
