@@ -316,7 +316,7 @@ class Emitter(wiring.Component):
 
         # a CREDIT control frame, 60 bytes, to the requester of the worker's connection, read from its table in
         # the clock before (at the connection of the next clock's job and worker), so that the frame's paths
-        # start at a register: a write to that requester's address in that clock reaches the next frame
+        # start at a register: a write to that requester's address reaches the frames a clock after the table
         sw = self.switch
         requester = Signal(credit_connections.Entry, reset_less=True)
         m.d.comb += credit_connections.conn.eq(job_next * N + worker_next)
