@@ -8,13 +8,18 @@
 
 The harness. A wide component has far more ports than the package has pins (the 8-input 512-bit tree
 has over 4,000 input bits), and a port on a pin would put the IO buffers and pin routing into the
-measured paths. So the harness drives every input bit of the component from its own flip-flop of a long
-shift register fed by one pin (``sin``), registers every output bit in a flip-flop, and folds those
-registered outputs with a pipelined XOR tree (one LUT level per register level) into ``out_pins`` pins.
-Every path that starts or ends at the component's ports is therefore register to register, just as
-in the real design, where the component sits between other pipelined stages; nothing is constant, and
-nothing can be optimized away. The clock is the only timed clock (``clk``, constrained to
-``freq_mhz``). The harness adds about one flip-flop per input and output bit and a few LUTs per
+measured paths. So the harness drives every input bit of the component from its own flip-flop
+(``in_hold``), loaded from a long shift register fed by one pin (``sin``, ``in_chain``), registers every
+output bit twice (``out_capture``, ``out_hold``), and folds those registered outputs with a pipelined XOR tree
+(one LUT level per register level) into ``out_pins`` pins. Every path that starts or ends at the
+component's ports is therefore register to register, just as in the real design, where the component sits
+between other pipelined stages; nothing is constant, and nothing can be optimized away. The second
+register on each side is there for the placer: a bit of the shift register sits beside its neighbours in
+the chain, and were it the component's input, it would hold that input wherever the chain runs, far from
+what reads it (the status monitor's critical path was such an input into its plan: 83.7 MHz, against 92.6
+with the hold registers, its critical path then inside it). Between the chain and the hold registers there
+is only a wire, which the placer can stretch. The clock is the only timed clock (``clk``, constrained to
+``freq_mhz``). The harness adds two flip-flops per input and output bit and a few LUTs per
 output bit, which is why the resources of the component alone are counted separately: ``luts``,
 ``ffs``, ``dsps`` and ``brams`` are those of the component's own module, which Yosys keeps whole while
 ``synth_ecp5`` maps the harness (``stat``; a carry cell CCU2C counts as two LUT4s), before the netlist is
@@ -128,14 +133,16 @@ class Harness(Elaboratable):
         ins, outs = self._ports()
         n_in = sum(len(v) for v in ins)
         if n_in:
-            chain = Signal(n_in, name="in_chain")
-            m.d.sync += chain.eq(Cat(self.sin, chain[:-1]))
+            # (each input from a register of its own, loaded from the chain: the module docstring)
+            chain, hold = Signal(n_in, name="in_chain"), Signal(n_in, name="in_hold")
+            m.d.sync += [chain.eq(Cat(self.sin, chain[:-1])), hold.eq(chain)]
             offset = 0
             for value in ins:
-                m.d.comb += value.eq(chain[offset:offset + len(value)])
+                m.d.comb += value.eq(hold[offset:offset + len(value)])
                 offset += len(value)
-        level = Signal(max(1, sum(len(v) for v in outs)), name="out_capture")
-        m.d.sync += level.eq(Cat(*outs) if outs else 0)
+        n_out = max(1, sum(len(v) for v in outs))
+        capture, level = Signal(n_out, name="out_capture"), Signal(n_out, name="out_hold")
+        m.d.sync += [capture.eq(Cat(*outs) if outs else 0), level.eq(capture)]
         k = 0
         while len(level) > self.out_pins:
             groups = [level[i:i + 4] for i in range(0, len(level), 4)]

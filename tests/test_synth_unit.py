@@ -230,3 +230,47 @@ def test_one_synthesis_counts_the_component_as_if_alone_and_flattens_for_nextpnr
     cell_types = {cell["type"] for cell in netlist["modules"]["h"]["cells"].values()}
     library = {name for name, module in netlist["modules"].items() if name != "h"}
     assert cell_types <= library, "only the ECP5's cells: no module of the design, no $scopeinfo"
+
+
+def test_the_harness_drives_each_input_from_a_register_behind_the_chain_and_folds_every_output():
+    """Bits shifted in at ``sin`` reach the component's inputs a clock after they reach the shift register
+    (each input has a register of its own between the chain and the component: the module docstring), in
+    chain order; and a change of any one output bit changes the folded pins."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+    from amaranth.sim import Simulator
+
+    from netreduce.synth import Harness
+
+    class Wire(wiring.Component):
+        a: In(3)
+        b: In(2)
+        y: Out(40)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.y.eq(self.a << (8 * self.b))       # one output bit among 40, chosen by the inputs
+            return m
+
+    dut = Wire()
+    harness = Harness(dut, out_pins=2)
+    sim = Simulator(harness)
+    sim.add_clock(1e-6)
+    shifted = [1, 0, 1, 1, 0]           # sin, clock by clock: the chain's bit 0 is the newest
+
+    async def bench(ctx):
+        seen = []
+        for bit in shifted + [0] * 3:
+            ctx.set(harness.sin, bit)
+            await ctx.tick()
+            seen.append((ctx.get(dut.a) | ctx.get(dut.b) << 3, ctx.get(harness.sout)))
+        chain = 0
+        for t, bit in enumerate(shifted):
+            chain = (chain << 1 | bit) & 0b11111
+            # a clock after the chain holds ``chain``, the inputs do
+            assert seen[t + 1][0] == chain, (t, seen)
+        assert len({pins for _, pins in seen}) > 1, "the folded outputs follow the outputs"
+
+    sim.add_testbench(bench)
+    sim.run()
