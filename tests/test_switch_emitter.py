@@ -37,7 +37,7 @@ JOBS, WORKERS, MESSAGE_SLOTS, MESSAGE_PACKETS, MTU, MAX_FRAME = 2, 3, 2, 2, 256,
 SLOTS = JOBS * MESSAGE_SLOTS * MESSAGE_PACKETS
 SWITCH = {"mac": "02:4e:52:00:00:01", "ip": "10.0.255.1"}
 JOB_IDS = (5, 9)
-WRITE_FIRST, WRITE_ONLY = 0x06, 0x0A
+WRITE_FIRST, WRITE_LAST_WITH_IMMEDIATE, WRITE_ONLY = 0x06, 0x09, 0x0A
 LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]
 
 
@@ -145,10 +145,12 @@ class Scenario:
         total = self.sum_of(rslot, length)
         for w in range(WORKERS):
             c = job * WORKERS + w
-            opcode = WRITE_FIRST if index0 else WRITE_ONLY
+            # (a message's first packet, or its last with an immediate: each worker's own, which its result keeps)
+            opcode = WRITE_FIRST if index0 else WRITE_LAST_WITH_IMMEDIATE
             contributed = bytes(self.rng.randrange(256) for _ in range(length))
             contribution = self.data_frame(c, opcode, contributed, psn=self.rng.randrange(1 << 24),
-                                           reth=(0x1000, 0x55, 4096) if index0 else None)
+                                           reth=(0x1000, 0x55, 4096) if index0 else None,
+                                           immdt=None if index0 else self.rng.randrange(1 << 32))
             parsed = self.store_contribution(slot, w, contribution)
             payload = (parsed.payload[:OWN_BYTES] + total[OWN_BYTES:]) if index0 else total
             self.expected.append((deparse_frame(parsed.header, payload), c, 0))
