@@ -16,9 +16,9 @@ component's ports is therefore register to register, just as in the real design,
 between other pipelined stages; nothing is constant, and nothing can be optimized away. The second
 register on each side is there for the placer: a bit of the shift register sits beside its neighbours in
 the chain, and were it the component's input, it would hold that input wherever the chain runs, far from
-what reads it (the status monitor's critical path was such an input into its plan: 83.7 MHz, against 92.6
-with the hold registers, its critical path then inside it). Between the chain and the hold registers there
-is only a wire, which the placer can stretch. The clock is the only timed clock (``clk``, constrained to
+what reads it (the status monitor's critical path was such an input into its plan; with the hold registers
+its critical paths are inside it). Between the chain and the hold registers there is only a wire, which the
+placer can stretch. The clock is the only timed clock (``clk``, constrained to
 ``freq_mhz``). The harness adds two flip-flops per input and output bit and a few LUTs per
 output bit, which is why the resources of the component alone are counted separately: ``luts``,
 ``ffs``, ``dsps`` and ``brams`` are those of the component's own module, which Yosys keeps whole while
