@@ -13,7 +13,7 @@ own output register becomes that register.
 Yosys puts a shallow memory in distributed RAM whatever its width; a wide one then costs a distributed RAM
 cell per 4 bits and 16 words, its write port's address and enable reach every one of them, and it holds
 the logic cells where the records are already crowded. A memory that says ``IN_BLOCK_RAM`` is put in block
-RAM (32 header records of 514 bits, as the board switch's header store once held: 15 DP16KD and nothing else,
+RAM (the 32 header records of the board switch's header store, 514 bits each: 15 DP16KD and nothing else,
 against 258 DPR16X4, 516 LUT4s and 514 flip-flops); ``BlockRAMFIFO`` is.
 """
 

@@ -73,17 +73,11 @@ GOOD_VERDICT = 0b111        # icrc_ok, ipv4_csum_ok, len_ok
 # bound the frame to the connection (``match.ConnectionMatch``: its data key and binding): it is RoCE over
 # IPv4 (so UDP to port 4791, with no flow label), from the requester's MAC, IPv4 address and VLAN (the VID:
 # the priority and DEI are kept), to the responder's MAC, IPv4 address and QP. The emitter puts those back
-# from the connection's configuration (``restore_header``). A contribution is an RDMA WRITE (RC, or the
-# bounded-loss class's UC WRITE ONLY with immediate), so it has no DETH, AETH or IETH, whose fields the
-# parser gives as 0 (docs/ARCHITECTURE.md: a field of a header the frame does not have reads 0): they are not
-# kept either, and are put back as 0. Of the 968 bits of a record, 391 are kept.
+# from the connection's configuration (``restore_header``). Of the 968 bits of a record, 514 are kept.
 CONNECTION_FIXED = ("roce", "eth_dst", "eth_src", "vlan_valid", "ethertype", "ip_version", "ip_proto",
                     "ip_flow_label", "ip_src", "ip_dst", "udp_dport", "bth_dest_qp")
-ABSENT_FROM_WRITES = ("has_deth", "deth_qkey", "deth_src_qp", "has_aeth", "aeth_syndrome", "aeth_msn",
-                      "has_ieth", "ieth_rkey")
 StoredHeader = data.StructLayout({
-    **{name: width for name, width in PARSED_HEADER_FIELDS
-       if name not in CONNECTION_FIXED + ABSENT_FROM_WRITES and name != "vlan_tci"},
+    **{name: width for name, width in PARSED_HEADER_FIELDS if name not in CONNECTION_FIXED and name != "vlan_tci"},
     "vlan_priority": 4,     # the VLAN tag's PCP and DEI (its top four bits); the VID is the connection's
 })
 _VID_BITS = 12
@@ -107,10 +101,9 @@ def stored_header_fields(header):
 def restore_header(m, record, stored, *, requester_mac, requester_ip, requester_vlan, responder_mac, responder_ip,
                    responder_qpn):
     """Drive the ``ParsedHeader`` ``record`` from a ``StoredHeader`` and its connection's configuration (the VLAN
-    as ``registers.vlan_of``; the headers no WRITE has, 0)."""
+    as ``registers.vlan_of``)."""
     m.d.comb += [getattr(record, name).eq(getattr(stored, name))
                  for name in StoredHeader.members if name != "vlan_priority"]
-    m.d.comb += [getattr(record, name).eq(0) for name in ABSENT_FROM_WRITES]
     m.d.comb += [
         record.roce.eq(1), record.ethertype.eq(ETHERTYPE_IPV4), record.ip_version.eq(4),
         record.ip_proto.eq(_UDP), record.udp_dport.eq(ROCE_UDP_PORT), record.ip_flow_label.eq(0),
