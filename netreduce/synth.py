@@ -9,7 +9,8 @@
 The harness. A wide component has far more ports than the package has pins (the 8-input 512-bit tree
 has over 4,000 input bits), and a port on a pin would put the IO buffers and pin routing into the
 measured paths. So the harness drives every input bit of the component from its own flip-flop
-(``in_hold``), loaded from a long shift register fed by one pin (``sin``, ``in_chain``), registers every
+(``in_hold``), loaded from a long shift register fed by one pin (``sin``, ``in_chain``: each hold bit the
+XOR of two neighbours in it), registers every
 output bit twice (``out_capture``, ``out_hold``), and folds those registered outputs with a pipelined XOR tree
 (one LUT level per register level) into ``out_pins`` pins. Every path that starts or ends at the
 component's ports is therefore register to register, just as in the real design, where the component sits
@@ -134,8 +135,10 @@ class Harness(Elaboratable):
         n_in = sum(len(v) for v in ins)
         if n_in:
             # (each input from a register of its own, loaded from the chain: the module docstring)
+            # (each hold bit the XOR of two neighbours in the chain: a plain copy of bit i would be bit i + 1
+            # itself, and Yosys would merge the two flip-flops back into the chain)
             chain, hold = Signal(n_in, name="in_chain"), Signal(n_in, name="in_hold")
-            m.d.sync += [chain.eq(Cat(self.sin, chain[:-1])), hold.eq(chain)]
+            m.d.sync += [chain.eq(Cat(self.sin, chain[:-1])), hold.eq(chain ^ Cat(chain[1:], self.sin))]
             offset = 0
             for value in ins:
                 m.d.comb += value.eq(hold[offset:offset + len(value)])

@@ -230,12 +230,16 @@ def test_one_synthesis_counts_the_component_as_if_alone_and_flattens_for_nextpnr
     cell_types = {cell["type"] for cell in netlist["modules"]["h"]["cells"].values()}
     library = {name for name, module in netlist["modules"].items() if name != "h"}
     assert cell_types <= library, "only the ECP5's cells: no module of the design, no $scopeinfo"
+    # every input bit keeps its chain flip-flop and its hold flip-flop, every output bit its two (none merged)
+    flip_flops = sum(cell["type"] == "TRELLIS_FF" for cell in netlist["modules"]["h"]["cells"].values())
+    assert flip_flops >= 18 + 2 * 32 + 2 * 19, flip_flops
 
 
 def test_the_harness_drives_each_input_from_a_register_behind_the_chain_and_folds_every_output():
     """Bits shifted in at ``sin`` reach the component's inputs a clock after they reach the shift register
-    (each input has a register of its own between the chain and the component: the module docstring), in
-    chain order; and a change of any one output bit changes the folded pins."""
+    (each input has a register of its own between the chain and the component, the XOR of two neighbours in
+    the chain: the module docstring), in chain order; and a change of any one output bit changes the folded
+    pins."""
     from amaranth.hdl import Module
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
@@ -268,8 +272,9 @@ def test_the_harness_drives_each_input_from_a_register_behind_the_chain_and_fold
         chain = 0
         for t, bit in enumerate(shifted):
             chain = (chain << 1 | bit) & 0b11111
-            # a clock after the chain holds ``chain``, the inputs do
-            assert seen[t + 1][0] == chain, (t, seen)
+            following = shifted[t + 1] if t + 1 < len(shifted) else 0      # the bit at ``sin`` then
+            # a clock after the chain holds ``chain``, input bit i is its bit i XOR its bit i + 1 (the last: ``sin``)
+            assert seen[t + 1][0] == chain ^ (chain >> 1 | following << 4), (t, seen)
         assert len({pins for _, pins in seen}) > 1, "the folded outputs follow the outputs"
 
     sim.add_testbench(bench)
