@@ -79,23 +79,8 @@ class BlockRAMFIFO(Elaboratable):
         write, read = storage.write_port(), storage.read_port(domain="comb")
         produce, consume = Signal(range(inner)), Signal(range(inner))
         stored = Signal(range(inner + 1))       # words taken and not yet read out of the memory
-        do_write, do_read = Signal(), Signal()
-        if self.write_register:
-            readable = Signal(range(inner + 1))     # ... of them, those in the memory
-            written = Signal()                      # the register's word is written in this clock
-            held = Signal(self.width, reset_less=True)
-            held_at = Signal(range(inner), reset_less=True)
-            m.d.sync += written.eq(do_write)
-            with m.If(do_write):
-                m.d.sync += [held.eq(self.w_data), held_at.eq(produce)]
-            m.d.comb += [write.addr.eq(held_at), write.data.eq(held), write.en.eq(written)]
-            with m.If(written & ~do_read):
-                m.d.sync += readable.eq(readable + 1)
-            with m.If(do_read & ~written):
-                m.d.sync += readable.eq(readable - 1)
-        else:
-            readable = stored
-            m.d.comb += [write.addr.eq(produce), write.data.eq(self.w_data), write.en.eq(do_write)]
+        readable = Signal(range(inner + 1))     # ... of them, those in the memory
+        do_write, do_read, written = Signal(), Signal(), Signal()
         m.d.comb += [
             self.w_rdy.eq(stored != inner),
             do_write.eq(self.w_en & self.w_rdy),
@@ -103,6 +88,16 @@ class BlockRAMFIFO(Elaboratable):
             read.addr.eq(consume),
             self.level.eq(stored + self.r_rdy),
         ]
+        if self.write_register:
+            held = Signal(self.width, reset_less=True)
+            held_at = Signal(range(inner), reset_less=True)
+            m.d.sync += written.eq(do_write)
+            with m.If(do_write):
+                m.d.sync += [held.eq(self.w_data), held_at.eq(produce)]
+            m.d.comb += [write.addr.eq(held_at), write.data.eq(held), write.en.eq(written)]
+        else:
+            m.d.comb += [written.eq(do_write),
+                         write.addr.eq(produce), write.data.eq(self.w_data), write.en.eq(do_write)]
         with m.If(do_write):
             m.d.sync += produce.eq(increment(produce, inner))
         with m.If(do_read):
@@ -113,6 +108,10 @@ class BlockRAMFIFO(Elaboratable):
             m.d.sync += stored.eq(stored + 1)
         with m.If(do_read & ~do_write):
             m.d.sync += stored.eq(stored - 1)
+        with m.If(written & ~do_read):
+            m.d.sync += readable.eq(readable + 1)
+        with m.If(do_read & ~written):
+            m.d.sync += readable.eq(readable - 1)
         return m
 
 
