@@ -18,7 +18,7 @@ between other pipelined stages; nothing is constant, and nothing can be optimize
 register on each side is there for the placer: a bit of the shift register sits beside its neighbours in
 the chain, and were it the component's input, it would hold that input wherever the chain runs, far from
 what reads it (the status monitor's critical path was such an input into its plan; with the hold registers
-its critical paths are inside it). Between the chain and the hold registers there is only a wire, which the
+its critical paths are inside it). Between the chain and a hold register there is one XOR, which the
 placer can stretch. The clock is the only timed clock (``clk``, constrained to
 ``freq_mhz``). The harness adds two flip-flops per input and output bit and a few LUTs per
 output bit, which is why the resources of the component alone are counted separately: ``luts``,
@@ -134,9 +134,8 @@ class Harness(Elaboratable):
         ins, outs = self._ports()
         n_in = sum(len(v) for v in ins)
         if n_in:
-            # (each input from a register of its own, loaded from the chain: the module docstring)
-            # (each hold bit the XOR of two neighbours in the chain: a plain copy of bit i would be bit i + 1
-            # itself, and Yosys would merge the two flip-flops back into the chain)
+            # (each input from a register of its own, the XOR of two neighbours in the chain: the module
+            # docstring; a plain copy of bit i would be bit i + 1 itself, which Yosys would merge into the chain)
             chain, hold = Signal(n_in, name="in_chain"), Signal(n_in, name="in_hold")
             m.d.sync += [chain.eq(Cat(self.sin, chain[:-1])), hold.eq(chain ^ Cat(chain[1:], self.sin))]
             offset = 0
