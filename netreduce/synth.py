@@ -10,18 +10,18 @@ The harness. A wide component has far more ports than the package has pins (the 
 has over 4,000 input bits), and a port on a pin would put the IO buffers and pin routing into the
 measured paths. So the harness drives every input bit of the component from its own flip-flop
 (``in_hold``), loaded from a long shift register fed by one pin (``sin``, ``in_chain``: each hold bit the
-XOR of two neighbours in it), registers every
-output bit twice (``out_capture``, ``out_hold``), and folds those registered outputs with a pipelined XOR tree
-(one LUT level per register level) into ``out_pins`` pins. Every path that starts or ends at the
-component's ports is therefore register to register, just as in the real design, where the component sits
-between other pipelined stages; nothing is constant, and nothing can be optimized away. The second
-register on each side is there for the placer: a bit of the shift register sits beside its neighbours in
-the chain, and were it the component's input, it would hold that input wherever the chain runs, far from
-what reads it (the status monitor's critical path was such an input into its plan; with the hold registers
-its critical paths are inside it). Between the chain and a hold register there is one XOR, which the
-placer can stretch. The clock is the only timed clock (``clk``, constrained to
-``freq_mhz``). The harness adds two flip-flops per input and output bit and a few LUTs per
-output bit, which is why the resources of the component alone are counted separately: ``luts``,
+XOR of two neighbours in it), registers every output bit twice (``out_capture``, ``out_hold``), and folds
+those registered outputs with a pipelined XOR tree (one LUT level per register level) into ``out_pins``
+pins. Every path that starts or ends at the component's ports is therefore register to register, just as
+in the real design, where the component sits between other pipelined stages; nothing is constant, and
+nothing can be optimized away. The second register on each side is there for the placer: a bit of the
+shift register sits beside its neighbours in the chain, and were it the component's input, it would hold
+that input wherever the chain runs, far from what reads it (the status monitor's critical path was such an
+input into its plan; with the hold registers its critical paths are inside it); on the way out, a fold
+gathers four output bits from wherever they are made. Between the chain and a hold register there is one
+XOR, and between the two output registers a wire, which the placer can stretch. The clock is the only
+timed clock (``clk``, constrained to ``freq_mhz``). The harness adds two flip-flops per input and output
+bit and a few LUTs per output bit, which is why the resources of the component alone are counted separately: ``luts``,
 ``ffs``, ``dsps`` and ``brams`` are those of the component's own module, which Yosys keeps whole while
 ``synth_ecp5`` maps the harness (``stat``; a carry cell CCU2C counts as two LUT4s), before the netlist is
 flattened for nextpnr (one synthesis, :func:`harness_script`); the ``placed_*`` figures are nextpnr's for
