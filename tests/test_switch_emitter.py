@@ -9,8 +9,9 @@ library and the golden model's serializer: a frame that goes on is the frame tha
 worker's stored header with the sum, a first packet's own 16 bytes over its start; a bounded-loss result the
 template's header addressed from the worker's requester to its responder with the connection's next PSN, the
 responder's R_Key and the bitmap as immediate; a CREDIT is ``build_control_frame``'s. Each frame's class
-goes with it; no result leaves before its sum is done; with no backpressure no frame pauses inside. The
-connections are written as the register port writes them (``connection_write``: the emitter's own tables)."""
+goes with it; no result leaves before its sum is done and the store holds its headers (``stored``); with no
+backpressure no frame pauses inside. The connections are written as the register port writes them
+(``connection_write``: the emitter's own tables)."""
 
 import random
 
@@ -237,7 +238,7 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
     rng = random.Random(seed + 1)
     frames, classes, stalls, psn_used = [], [], [], []
     beat_clocks = [] if beat_clocks is None else beat_clocks
-    sums_released = []
+    sums_released, stores_released = [], []
 
     async def configure_and_offer(ctx):
         ctx.set(e.switch, SwitchAddress.const({"mac": mac_to_int(SWITCH["mac"]), "ip": ip_to_int(SWITCH["ip"]),
@@ -275,6 +276,19 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
             ctx.set(e.sum_done.valid, 0)
             await ctx.tick().repeat(rng.randrange(1, 30))
 
+    async def release_stores(ctx):
+        """Hold back the word that a RESULTS descriptor's headers are in the store longer still (the records'
+        ``stored``, one a descriptor): no result may be read from the store before it."""
+        if not s.sums:
+            return
+        await ctx.tick().repeat(700)
+        stores_released.append(len(frames))
+        for _ in range(s.sums):
+            ctx.set(e.stored, 1)
+            await ctx.tick()
+            ctx.set(e.stored, 0)
+            await ctx.tick().repeat(rng.randrange(1, 30))
+
     async def take_classes(ctx):
         async for _, _, valid, ready, payload in ctx.tick().sample(e.classes.valid, e.classes.ready,
                                                                    e.classes.payload):
@@ -306,7 +320,7 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
     sim = Simulator(bench)
     sim.add_clock(1e-8)
     sim.add_testbench(configure_and_offer)
-    for process in (offer_headers, own_the_sent_psns, release_sums, take_classes, take_frames):
+    for process in (offer_headers, own_the_sent_psns, release_sums, release_stores, take_classes, take_frames):
         sim.add_testbench(process, background=True)
 
     async def until_done(ctx):
@@ -317,7 +331,7 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
             await ctx.tick()
     sim.add_testbench(until_done)
     sim.run()
-    return s, frames, classes, stalls, psn_used, sums_released
+    return s, frames, classes, stalls, psn_used, (sums_released, stores_released)
 
 
 def frames_before_first_sum(s):
@@ -335,15 +349,16 @@ def frames_before_first_sum(s):
     pytest.param(64, 0.0, 0.0, marks=pytest.mark.slow(minutes=0.1)),
     pytest.param(512, 0.3, 0.4, marks=pytest.mark.slow(minutes=0.1))])
 def test_descriptors_become_the_contracts_frames(width, idle, backpressure):
-    s, frames, classes, stalls, psn_used, sums_released = run_scenario(width, seed=width, idle=idle,
-                                                                       backpressure=backpressure)
+    s, frames, classes, stalls, psn_used, released = run_scenario(width, seed=width, idle=idle,
+                                                                  backpressure=backpressure)
     assert len(frames) == len(s.expected), f"{len(frames)} frames out of {len(s.expected)}"
     for index, (got, (want, dscp, lossy)) in enumerate(zip(frames, s.expected, strict=True)):
         assert got == want, f"frame {index} differs from the contract's"
         # (each class with its frame's destination MAC, for the forwarding table)
         want_class = (dscp, lossy, int.from_bytes(want[:6], "big"))
         assert classes[index] == want_class, f"frame {index}: class {classes[index]}, not {want_class}"
-    assert sums_released == [frames_before_first_sum(s)], "a result left before its sum was done"
+    assert released == ([frames_before_first_sum(s)], [frames_before_first_sum(s)]), \
+        "a result left before its sum was done or its headers were stored"
     # every bounded-loss result used its connection's next PSN, once
     assert sorted(psn_used) == sorted([WORKERS + w for w in range(WORKERS)] + [WORKERS + 2])
     if backpressure == 0:

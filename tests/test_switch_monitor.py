@@ -12,7 +12,10 @@ against the model fed the same frames:
 - every counter but ``frames_out`` (which the emitter counts): the reason each frame was counted under;
 - the frames the descriptors stand for, in order, by kind (a frame that goes on, a sum to a receiver, a
   CREDIT), against the model's frames out;
-- one sum request for each RESULTS descriptor that is not a resend, with the contributors' mask.
+- one sum request for each RESULTS descriptor that is not a resend, with the contributors' mask;
+- through the header records (``HeaderRecords``, which applies each frame's fate): the header record of each
+  frame that goes on, and the stored header of each contribution the model keeps, in order, and one
+  ``stored`` for each RESULTS descriptor that is not a resend.
 
 A second scenario acknowledges the reliable job's messages with ACKs back to back (no idle clock), the same
 checks; at 512 bits, where an ACK is one beat, each run of ACKs must take one clock an ACK.
@@ -29,9 +32,10 @@ from netreduce.host.packets import build_ack
 from netreduce.host.protocol import AggHeader, ip_to_int
 from netreduce.hw.egress import EgressQueues
 from netreduce.hw.parser import RoceParser
-from netreduce.hw.switch.emitter import Emission
+from netreduce.hw.switch.emitter import Emission, StoredHeader, stored_header_fields
 from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.monitor import StatusMonitor
+from netreduce.hw.switch.records import HeaderRecords
 from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
@@ -45,9 +49,9 @@ RELIABLE = JOB + 1
 
 
 class MonitorBench(Elaboratable):
-    """Parser, connection match and registers in front of the monitor, as in the switch. The testbench
-    gives each frame's ingress port (``match.port``, in frame order) and plays the emitter's part
-    (``ring_read``)."""
+    """Parser, header records, connection match and registers around the monitor, as in the switch. The
+    testbench gives each frame's ingress port (``match.port``, in frame order) and plays the emitter's part
+    (``ring_read``, and taking the records of the frames that go on)."""
 
     def __init__(self, width):
         self.parser = RoceParser(width)
@@ -57,6 +61,7 @@ class MonitorBench(Elaboratable):
         self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=MTU,
                                      message_packets=PACKETS, message_slots=SLOTS, max_frame=1024, ports=PORTS,
                                      increment_bits=(WORKERS + 1).bit_length())
+        self.records = HeaderRecords(store_entries=2 * SLOTS * PACKETS * WORKERS)
         egress = EgressQueues(width, queues=2, depth_beats=4096 // (width // 8), max_frame=1200)
         egress._MustUse__silence = True         # its layouts only: the registers hold its configuration
         self.registers = SwitchRegisters(jobs=2, workers=WORKERS, forwarding_entries=4, mtu=MTU,
@@ -66,8 +71,11 @@ class MonitorBench(Elaboratable):
         m = Module()
         m.submodules.parser, m.submodules.match = self.parser, self.match
         m.submodules.monitor, m.submodules.registers = self.monitor, self.registers
+        m.submodules.records = records = self.records
         parser, match, monitor, regs = self.parser, self.match, self.monitor, self.registers
-        wiring.connect(m, parser.hdr, match.header)
+        wiring.connect(m, parser.hdr, records.i)
+        wiring.connect(m, records.o, match.header)
+        wiring.connect(m, monitor.fates, records.fates)
         wiring.connect(m, match.o, monitor.frames)
         wiring.connect(m, parser.o, monitor.payload)
         m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs),
@@ -142,15 +150,17 @@ def scenario():
 
 
 def model_kinds(fabric, frames):
-    """The model's frames out, in order, each as the kind of descriptor that stands for it, and the parsed
-    header of each frame that goes on."""
-    kinds, forwarded = [], []
+    """The model's frames out, in order, each as the kind of descriptor that stands for it; the parsed
+    header of each frame that goes on; the stored header of each contribution the model keeps."""
+    kinds, forwarded, contributions = [], [], []
     for port, frame in frames:
         before = dict(fabric.switch.counters)
         out = fabric.send(frame, port)
         reason = [name for name in COUNTERS if name not in ("frames_in", "frames_out", "results_sent",
                                                               "credits_sent", "acks_seen")
                   and fabric.switch.counters[name] != before[name]]
+        if "aggregated" in reason:
+            contributions.append(stored_header_fields(parse_frame(frame).header))
         for _, sent in out:
             h = parse_frame(sent).header
             if h["ip_src"] == ip_to_int(SWITCH_IP) and h["udp_dport"] == CONTROL_PORT:
@@ -161,7 +171,7 @@ def model_kinds(fabric, frames):
                 forwarded.append(h)
             else:
                 kinds.append("result")
-    return kinds, forwarded
+    return kinds, forwarded, contributions
 
 
 def descriptor_kinds(descriptors):
@@ -218,20 +228,26 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0):
                     ctx.set(monitor.results_sent, {"valid": 1, "message": int(d.job) * SLOTS + int(d.k)})
             await ctx.tick()
 
-    counters_now, last_beats = [], []
+    counters_now, last_beats, stored_headers, stored = [], [], [], []
 
     async def watch(ctx):
-        """The counters, and the clock of each frame's last payload beat taken by the monitor."""
+        """The counters, the clock of each frame's last payload beat taken by the monitor, the header store's
+        writes and the ``stored`` strobes."""
         clock = 0
+        records = bench.records
         while True:
             counters_now[:] = [ctx.get(regs.counters[i]) for i in range(len(COUNTERS))]
             payload = monitor.payload
             if ctx.get(payload.valid) and ctx.get(payload.ready) and ctx.get(payload.payload.last):
                 last_beats.append(clock)
+            if ctx.get(records.store_write.en):
+                value = ctx.get(records.store_write.data)
+                stored_headers.append({name: int(getattr(value, name)) for name in StoredHeader.members})
+            stored.append(ctx.get(records.stored))
             clock += 1
             await ctx.tick()
 
-    expected_kinds, expected_forwarded = model_kinds(fabric, frames)
+    expected_kinds, expected_forwarded, expected_stored = model_kinds(fabric, frames)
     settled = []
 
     def done():
@@ -243,7 +259,7 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0):
         return len(settled) > 4
     run(bench, [configure_then_send, send_ports],
         [take_descriptors,
-         collect_records(monitor.headers, headers, backpressure=backpressure, seed=7),
+         collect_records(bench.records.headers, headers, backpressure=backpressure, seed=7),
          collect_records(monitor.sum_requests, requests, backpressure=backpressure, seed=8), watch],
         until_idle=done, max_cycles=3_000 + hold, sim=sim)
 
@@ -260,6 +276,8 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0):
         assert {name: int(getattr(record, name)) for name in expected} == expected
     sums = [d for d in descriptors if Emission(d.kind) is Emission.RESULTS and not d.resend]
     assert len(requests) == len(sums)
+    assert stored_headers == expected_stored
+    assert sum(stored) == len(sums)
     for request, d in zip(requests, sums, strict=True):
         assert (int(request.slot), int(request.result_slot)) == (int(d.slot), int(d.rslot))
         assert int(request.mask) == (1 << WORKERS) - 1        # every worker contributed to each message

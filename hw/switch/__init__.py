@@ -3,11 +3,14 @@
 - ``hw.ports.FrameArbiter``: the P input ports into one pipeline, each frame's port noted;
 - ``hw.parser.RoceParser``: header record, payload stream, verdicts;
 - ``registers.SwitchRegisters``: the configuration and the counters behind the ``csr`` port;
-- ``match.ConnectionMatch``: each header's connection and binding, from configuration only;
+- ``records.HeaderRecords``: each frame's header record, held in frame order until the monitor's fate for the
+  frame sends it on to the emitter, into the header store or nowhere;
+- ``match.ConnectionMatch``: each header's connection and binding, from configuration only, with the fields
+  the monitor decides on;
 - ``monitor.StatusMonitor``: each frame's fate from its header, its match, the state and its payload; it owns
-  every connection's, message's and packet slot's state and queues descriptors and sum requests, in commit
-  order. Its parts: ``requests.RequestDecoder`` (the requests of control and management packets),
-  ``deadlines.Deadlines`` (the bounded-loss class's clock and deadlines), ``unsent.UnsentResults`` (each
+  every connection's, message's and packet slot's state and queues descriptors, sum requests and each frame's
+  fate, in commit order. Its parts: ``requests.RequestDecoder`` (the requests of control and management
+  packets), ``deadlines.Deadlines`` (the bounded-loss class's clock and deadlines), ``unsent.UnsentResults`` (each
   message's results not yet sent, which hold its release);
 - ``hw.slots.SlotMemory``: the banks, the adder tree and the results;
 - ``emitter.Emitter``: the monitor's descriptors, in order, to header records and payload streams (frames

@@ -6,8 +6,8 @@ descriptors, in that order, into the header records and payload streams that ``h
 serializes (docs/ARCHITECTURE.md, "Switch behaviour, per received frame": what each outcome sends):
 
 - ``FORWARD``: a frame that goes on (a pass-through, an ACK, a frame of no connection): its header record
-  from ``headers`` (the monitor's header queue, in the same order) and its payload words from the packet
-  ring (``ring``, ``beats`` of them from ``ring_read`` on);
+  from ``headers`` (``records.HeaderRecords``: the records of the frames that go on, in the same order) and
+  its payload words from the packet ring (``ring``, ``beats`` of them from ``ring_read`` on);
 - ``DUPLICATE``: the answer to a duplicate: its header record from ``headers`` and the stored sum
   (``results`` at result slot ``rslot``), a first packet's own 16 bytes (``own``) over its start;
 - ``RESULTS``: a packet slot's sum, once to each of the job's ``workers`` (``all``) or to ``worker`` (a
@@ -17,7 +17,9 @@ serializes (docs/ARCHITECTURE.md, "Switch behaviour, per received frame": what e
   worker's (``template``) stored header, addressed from the worker's requester to its responder, with the
   connection's next PSN (``sent + 1``, used up: ``psn_used``), the responder's R_Key and the contributor
   bitmap as immediate; its class marks it ``lossy`` for the egress stage. Every sum is taken from
-  ``sum_done`` before its frames (sums finish in the order of their RESULTS descriptors);
+  ``sum_done`` before its frames (sums finish in the order of their RESULTS descriptors), and a RESULTS
+  descriptor that is not a resend is taken only once ``stored`` has said that its contributions' headers are
+  in the store (one strobe a descriptor, in their order);
 - ``CREDITS``: a CREDIT control frame (``netreduce.host.protocol.build_control_frame``) from the switch to
   each of the job's requesters (``all``) or to ``worker``'s, granting ``value``.
 
@@ -184,6 +186,7 @@ class Emitter(wiring.Component):
         super().__init__({
             "descriptors": In(stream.Signature(self.Descriptor)),
             "headers": In(stream.Signature(ParsedHeader)),
+            "stored": In(1),
             "sum_done": In(stream.Signature(sum_done_layout(slots))),
             "results": Out(result_read_signature(width, slots, packet_beats)),
             "ring": In(ReadPort.Signature(addr_width=self.ring_bits, shape=self.StoredBeat)),
@@ -267,6 +270,12 @@ class Emitter(wiring.Component):
         sum_used = Signal()
         m.d.comb += self.sum_done.ready.eq(1)
         m.d.sync += sums_ready.eq(sums_ready + self.sum_done.valid - sum_used)
+        # the RESULTS descriptors (not resends) whose contributions' headers are in the header store
+        # (``stored``, one a descriptor, in their order: ``records.HeaderRecords``); each is taken only then, so
+        # that the header sequencer reads the store after its writes
+        stores_ready = Signal(range(self.slots + 2))
+        store_used = Signal()
+        m.d.sync += stores_ready.eq(stores_ready + self.stored - store_used)
 
         control_beats = -(-ETH_MIN_FRAME // B)
         with m.If(go):
@@ -274,12 +283,14 @@ class Emitter(wiring.Component):
             with m.If(is_last & more):
                 m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
         take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
+        needs_sum = (job.kind == RESULTS) & ~job.resend
+        takeable = header_jobs.w_rdy & (~needs_sum | (stores_ready != 0))
         with m.If(take):
             m.d.sync += loaded.eq(0)
-            m.d.comb += [descriptors.ready.eq(header_jobs.w_rdy), header_jobs.w_en.eq(descriptors.valid)]
-            with m.If(descriptors.valid & header_jobs.w_rdy):
+            m.d.comb += [descriptors.ready.eq(takeable), header_jobs.w_en.eq(descriptors.valid & takeable)]
+            with m.If(descriptors.valid & takeable):
                 several = job.all                   # one frame per worker, from worker 0
-                needs_sum = (job.kind == RESULTS) & ~job.resend
+                m.d.comb += store_used.eq(needs_sum)
                 sum_now = needs_sum & (sums_ready != 0)
                 m.d.sync += [d.eq(job), worker.eq(Mux(several, 0, job.worker)),
                              more.eq(several & (job.workers > 1)),

@@ -26,7 +26,8 @@ headers arrive, ahead of the monitor:
 
 A key is registered when its connection and the connection's job are enabled. The comparisons with
 every connection are registered (a stage of their own, off the path that picks the connection), and
-``o`` carries each header with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``);
+``o`` carries each header's ``MonitoredHeader`` (the fields the monitor decides on; the whole record waits
+in ``records.HeaderRecords``) with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``);
 where no frame is one beat (``header_clocks`` above 1) the FIFO is one register of the match alone, and the
 header stays in the comparisons' register until its match is taken.
 
@@ -49,14 +50,14 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ...registers import CONNECTION
-from ...wire import MANAGEMENT_PORT
+from ...wire import MANAGEMENT_PORT, PARSED_HEADER_FIELDS
 from ..csr import block_write_layout
 from ..ram import RegisterFIFO
 from ..stream import ParsedHeader
 from .connection_table import ConnectionTable
 from .registers import JobEntry, SwitchAddress, vlan_of
 
-__all__ = ["ConnectionMatch", "match_layout"]
+__all__ = ["ConnectionMatch", "match_layout", "MonitoredHeader", "monitored"]
 
 _ACKNOWLEDGE = 0x11
 
@@ -68,6 +69,19 @@ def match_layout(connections, ports):
                               "from_responder": connections})
 
 
+# Of each header record, what the match hands on with its match: the fields the monitor decides on. The
+# record itself waits in ``records.HeaderRecords`` for the monitor's fate.
+MONITORED_FIELDS = ("roce", "vlan_valid", "ip_version", "udp_len", "bth_opcode", "bth_pad", "bth_psn",
+                    "aeth_syndrome", "payload_len")
+MonitoredHeader = data.StructLayout({name: bits for name, bits in PARSED_HEADER_FIELDS if name in MONITORED_FIELDS})
+assert len(MonitoredHeader.members) == len(MONITORED_FIELDS)
+
+
+def monitored(header):
+    """The ``MonitoredHeader`` value of a ``ParsedHeader`` view."""
+    return Cat(*[getattr(header, name) for name in MonitoredHeader.members])
+
+
 # the registers of the connection block that the comparisons read
 COMPARED_REGISTERS = tuple(f"{side}_{name}" for side in ("requester", "responder")
                            for name in ("mac", "ip", "qpn", "port", "vlan")) + ("enable",)
@@ -76,11 +90,12 @@ COMPARED_REGISTERS = tuple(f"{side}_{name}" for side in ("requester", "responder
 class ConnectionMatch(wiring.Component):
     """``ConnectionMatch(*, jobs, workers, ports, management=None, header_clocks=1)``. Ports: ``header``
     (the parser's header records) and ``port`` (the ingress port of each frame, in the same order) in; ``o``
-    (``header``, ``match``) out; ``switch``, ``jobs``: the configuration, and ``connection_write``, the
-    register port's writes to the connection block (``SwitchRegisters``). ``header_clocks``: the fewest clocks
-    from one header to the next (a frame's fewest beats). With 1 (512 bits) a header can follow a header in
-    the next clock and the queue holds two (one a clock through); else it holds one, and the connections are
-    compared in ``steps`` clocks, ``lanes`` a clock (the module's docstring)."""
+    (``header``, a ``MonitoredHeader``, and ``match``) out; ``switch``, ``jobs``: the configuration, and
+    ``connection_write``, the register port's writes to the connection block (``SwitchRegisters``).
+    ``header_clocks``: the fewest clocks from one header to the next (a frame's fewest beats). With 1 (512
+    bits) a header can follow a header in the next clock and the queue holds two (one a clock through); else
+    it holds one, and the connections are compared in ``steps`` clocks, ``lanes`` a clock (the module's
+    docstring)."""
 
     def __init__(self, *, jobs, workers, ports, management=None, header_clocks=1):
         self.jobs_count, self.workers, self.ports = jobs, workers, ports
@@ -90,7 +105,7 @@ class ConnectionMatch(wiring.Component):
         self.lanes = -(-C // header_clocks)
         self.steps = -(-C // self.lanes)
         self.Match = match_layout(self.connections_count, ports)
-        self.Matched = data.StructLayout({"header": ParsedHeader, "match": self.Match})
+        self.Matched = data.StructLayout({"header": MonitoredHeader, "match": self.Match})
         super().__init__({
             "header": In(stream.Signature(ParsedHeader)),
             "port": In(stream.Signature(max(1, ceil_log2(ports)))),
@@ -169,13 +184,13 @@ class ConnectionMatch(wiring.Component):
         with m.If(both & ~last):
             m.d.sync += [kept.eq(bits), step.eq(step + 1)]
 
-        Compared = data.StructLayout({"header": ParsedHeader, "port": len(port), **Bits.members,
+        Compared = data.StructLayout({"header": MonitoredHeader, "port": len(port), **Bits.members,
                                       "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
                                       "to_management": 1, "from_manager": 1})
         # (the comparisons and the header are data, qualified by ``compared_valid``: no reset)
         compared, compared_valid, now = Signal(Compared, reset_less=True), Signal(), Signal(Compared)
         m.d.comb += [
-            now.header.eq(h), now.port.eq(port),
+            now.header.eq(monitored(h)), now.port.eq(port),
             *[now[name].eq(bits[name]) for name in Bits.members],
             now.roce4.eq(roce4), now.acknowledge.eq(h.bth_opcode == _ACKNOWLEDGE),
             now.own.eq((h.eth_src == sw.mac) | (ipv4 & (ip_src == sw.ip))),

@@ -5,42 +5,41 @@ behaviour, per received frame"), from which the golden model ``netreduce.sim.swi
 (``SwitchModel.receive``: one frame's checks, outcome and counter). The monitor owns all the switch's
 per-connection, per-message and per-packet-slot state, one frame at a time:
 
-- ``frames``: each frame's header record with its connection match (``match.ConnectionMatch``, from
-  configuration only, the binding included), queued ahead of the monitor as headers arrive;
+- ``frames``: the fields of each frame's header record that it decides on (``match.MonitoredHeader``) with
+  its connection match (``match.ConnectionMatch``, from configuration only, the binding included), queued
+  ahead of the monitor as headers arrive (the whole record waits in ``records.HeaderRecords``);
 - ``payload``: the parser's payload stream with its verdicts, one beat a clock.
 
-``IDLE`` takes a header; ``LOOKUP`` plans the frame from the header, its match and the connection and slot
-state (registered; at 64 bits the job's oldest message's row is read as the header loads, in ``TAKE``, the
-connection's state into a registered view in ``LOOKUP_READ`` and the packet slot it points to in ``LOOKUP_SLOT``,
-each a clock before the next; a frame of no connection skips them, its plan being its match, and at 512 bits
-an ACK skips ``LOOKUP``, planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload at one beat
-per clock into the packet ring (``ring_write``: frames that go on) or into the worker's bank of the
-slot memory (``slot_write``: contributions), checks the aggregation header lane by lane as it passes and keeps
-the first 64 bytes. The frame commits with its last beat; at 64 bits a frame of a connection commits in
-``COMMIT``, the clock after it, from the last beat's facts and intended outcome registered (``last_facts``,
-``last_outcome``). What the commit would do (``intended``) and where the monitor goes next come from the plan
-alone; the last beat's facts (verdicts, size, the byte counts as registered marks, the aggregation header) only
-say whether it happens, so they reach nothing but the write enables of state, bitmap, header store
-(``store_write``), ``descriptors`` and ``sum_requests``. The next header is taken in the commit's clock; at 64
-bits it is loaded in ``TAKE``, the clock after, from the state alone, and behind a frame of no connection
-that takes it on its last beat, its record and arrival load a clock later (``record_pending``), so that no
-late condition enables the registers a header loads; counters (``increments``) add two clocks later. Rare
-cases take clocks of their own: ``DUP_SEARCH``,
-``DUP_TEST``, ``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN, and its packet
-slot; at 64 bits it is planned in ``LOOKUP_SLOT``),
-``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit request), ``MANAGEMENT`` (a
-management request from the manager, with a ``management`` address: checked and handed on
-``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
-(after an ACK that makes the oldest message delivered: frees the job's delivered messages, three clocks each,
-and queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a contribution streams
-into the bank of the message slot its payload's ``msg_seq`` names and is decided after its last beat in
-``LOSSY_READ`` and ``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message
-whose deadline has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one
-(masked sum, results), and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes
-before the commit are speculative: the packet ring rolls back, and a bank word is written only where the
-worker's bit is clear.
+``IDLE`` takes a header; ``LOOKUP`` plans the frame from the header, its match and the connection and slot state
+(registered; at 64 bits the job's oldest message's row is read as the header loads, in ``TAKE``, the connection's
+state into a registered view in ``LOOKUP_READ`` and the packet slot it points to in ``LOOKUP_SLOT``, each a clock
+before the next; a frame of no connection skips them, its plan being its match, and at 512 bits an ACK skips
+``LOOKUP``, planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload at one beat per clock into
+the packet ring (``ring_write``: frames that go on) or into the worker's bank of the slot memory (``slot_write``:
+contributions), checks the aggregation header lane by lane as it passes and keeps the first 64 bytes. The frame
+commits with its last beat; at 64 bits a frame of a connection commits in ``COMMIT``, the clock after it, from the
+last beat's facts and intended outcome registered (``last_facts``, ``last_outcome``). What the commit would do
+(``intended``) and where the monitor goes next come from the plan alone; the last beat's facts (verdicts, size, the
+byte counts as registered marks, the aggregation header) only say whether it happens, so they reach nothing but the
+write enables of state, bitmap, the store of own bytes (``own_write``), ``descriptors`` and ``sum_requests``, and
+the frame's fate. The next header is taken in the commit's clock; at 64 bits it is loaded in ``TAKE``, the clock
+after, from the state alone, and behind a frame of no connection that takes it on its last beat, its fields and
+arrival load a clock later (``record_pending``), so that no late condition enables the registers a header loads;
+counters (``increments``) add two clocks later. Rare cases take clocks of their own: ``DUP_SEARCH``, ``DUP_TEST``,
+``DUP_PICK`` and ``DUP_READ`` (a retransmission: the held message that has its PSN, and its packet slot; at 64 bits
+it is planned in ``LOOKUP_SLOT``), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CONTROL`` (a control frame: its credit
+request), ``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and handed
+on ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
+(after an ACK that makes the oldest message delivered: frees the job's delivered messages, three clocks each, and
+queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a contribution streams into the
+bank of the message slot its payload's ``msg_seq`` names and is decided after its last beat in ``LOSSY_READ`` and
+``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose deadline has come
+(``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one (masked sum, results), and
+``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes before the commit are speculative:
+the packet ring rolls back, and a bank word is written only where the worker's bit is clear.
 
-Out of the monitor, in commit order: ``descriptors`` and ``headers`` to ``emitter.Emitter``, ``sum_requests``
+Out of the monitor, in commit order: ``descriptors`` to ``emitter.Emitter``, each frame's ``fates`` (where its
+header record goes: on, into the header store, nowhere) to ``records.HeaderRecords``, ``sum_requests``
 to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) to the emitter,
 which reports back ``results_sent`` (``unsent.UnsentResults``, which holds a message's release until its
 results have left) and ``psn_used``.
@@ -60,7 +59,6 @@ from ...wire import (
     BTH,
     DTYPE_CODES,
     ETH_HEADER,
-    GAP_PSN_SHIFT,
     ICRC_BYTES,
     IPV4_HEADER,
     UC_WRITE_OPCODES,
@@ -69,21 +67,20 @@ from ...wire import (
 )
 from ..ram import BlockRAMFIFO
 from ..slots import slot_write_signature, sum_request_layout
-from ..stream import ParsedHeader, fifo_to_stream, payload_stream
+from ..stream import fifo_to_stream, payload_stream
 from .deadlines import Deadlines
 from .emitter import (
     OWN_BYTES,
     Emission,
-    HeaderEntry,
     descriptor_layout,
     frame_words,
     psn_used_layout,
     ring_address_bits,
     stored_beat_layout,
-    stored_header,
 )
 from .management import ManagementRequest
-from .match import match_layout
+from .match import MonitoredHeader, match_layout
+from .records import Fate, fate_layout
 from .registers import ConnectionEntry, JobEntry, fields_of
 from .requests import WINDOW_BYTES, RequestDecoder, big_endian
 from .unsent import UnsentResults, message_strobe_layout
@@ -133,10 +130,11 @@ class StatusMonitor(wiring.Component):
     first beat went into the pipeline); the configuration ``jobs``, ``connections`` (their ``valid`` and
     ``start_psn`` only: a control request's sender is checked with the match's ``from_requester`` and
     ``from_responder``), ``job_enabled`` and ``connection_enabled`` (``registers.SwitchRegisters``) in,
-    ``increments`` (its counters, every one but ``frames_out``) out; ``descriptors``, ``headers``,
+    ``increments`` (its counters, every one but ``frames_out``) out; ``descriptors``, ``fates``,
     ``sum_requests`` out; ``slot_write``, ``ring_write`` (with ``ring_read``, the emitter's pointer, in) and
-    ``store_write`` out; ``sent`` out, ``psn_used`` and ``results_sent`` in; ``management_request`` out with a
-    ``management`` address.
+    ``own_write`` (a contribution's first 16 payload bytes, into the header store's second memory) out;
+    ``sent`` out, ``psn_used`` and ``results_sent`` in; ``management_request`` out with a ``management``
+    address.
     """
 
     def __init__(self, *, width, workers, jobs, dtype, mtu, message_packets, message_slots, max_frame, ports,
@@ -165,7 +163,7 @@ class StatusMonitor(wiring.Component):
         self.Descriptor = descriptor_layout(workers=workers, jobs=jobs, message_slots=message_slots, slots=S,
                                             frame_beats=self.frame_beats)
         self.Match = match_layout(C, ports)
-        self.Matched = data.StructLayout({"header": ParsedHeader, "match": self.Match})
+        self.Matched = data.StructLayout({"header": MonitoredHeader, "match": self.Match})
         super().__init__({
             "frames": In(stream.Signature(self.Matched)),
             "payload": In(payload_stream(width)),
@@ -176,12 +174,12 @@ class StatusMonitor(wiring.Component):
             "connection_enabled": In(C),
             "increments": Out(data.StructLayout(dict.fromkeys(COUNTERS, increment_bits))),
             "descriptors": Out(stream.Signature(self.Descriptor)),
-            "headers": Out(stream.Signature(ParsedHeader)),
+            "fates": Out(stream.Signature(fate_layout(S * workers))),
             "sum_requests": Out(stream.Signature(sum_request_layout(workers, S, self.packet_beats))),
             "slot_write": Out(slot_write_signature(width, workers, S, self.packet_beats)),
             "ring_write": In(WritePort.Signature(addr_width=self.ring_bits, shape=stored_beat_layout(width))),
             "ring_read": In(self.ring_bits + 1),
-            "store_write": In(WritePort.Signature(addr_width=ceil_log2(S * workers), shape=HeaderEntry)),
+            "own_write": In(WritePort.Signature(addr_width=ceil_log2(S * workers), shape=8 * OWN_BYTES)),
             "sent": Out(data.ArrayLayout(24, C)),
             "psn_used": In(psn_used_layout(C)),
             "results_sent": In(message_strobe_layout(jobs * message_slots)),
@@ -280,15 +278,15 @@ class StatusMonitor(wiring.Component):
                         m.d.sync += [pk_bitmap[(j * K + k) * M + i].eq(0), pk_ready[(j * K + k) * M + i].eq(0)]
 
         # --- the queues to the emitter and the sum engine ---------------------------------------------------------
-        # descriptors (``emitter.Descriptor``, in commit order) and the header records of the frames that go
-        # on; ``beats``: the payload's words (a FORWARD frame's in the packet ring, up to ``max_frame``)
+        # descriptors (``emitter.Descriptor``, in commit order; ``beats``: the payload's words, a FORWARD frame's
+        # in the packet ring, up to ``max_frame``) and each frame's fate (``records.HeaderRecords``: where its
+        # header record goes), one a commit, in the same order
         Descriptor, frame_beats, ring_bits = self.Descriptor, self.frame_beats, self.ring_bits
         FORWARD, DUPLICATE, RESULTS, CREDITS = Emission
-        # (in block RAM: 64 header records of 968 bits)
         m.submodules.descriptors = descriptors = BlockRAMFIFO(width=Descriptor.size, depth=64)
-        m.submodules.headers = headers = BlockRAMFIFO(width=ParsedHeader.size, depth=64)
+        m.submodules.fates = fates = SyncFIFOBuffered(width=self.fates.payload.shape().size, depth=64)
         fifo_to_stream(m, descriptors, self.descriptors)
-        fifo_to_stream(m, headers, self.headers)
+        fifo_to_stream(m, fates, self.fates)
         request_layout = self.sum_requests.payload.shape()
         m.submodules.sum_requests = sum_requests = SyncFIFOBuffered(width=request_layout.size, depth=5)
         fifo_to_stream(m, sum_requests, self.sum_requests)
@@ -305,14 +303,14 @@ class StatusMonitor(wiring.Component):
         # clock at most; a roll back and the emitter's reads only free words)
         ring_free = Signal()
         m.d.sync += ring_free.eq((ring_cursor - self.ring_read)[:ring_bits + 1] < ring_depth - 1)
-        hs_w = self.store_write
+        own_w = self.own_write
         m.d.comb += [self.sent[c].eq(sent[c]) for c in range(C)]
         m.d.comb += unsent.sent.eq(self.results_sent)
 
 
         # --- monitor: the plan of the latched header (registered in LOOKUP) -----------------------------------
-        # (the record is data, used only in the states after its take: no reset)
-        h, hm = Signal(ParsedHeader, name="h", reset_less=True), Signal(Match, name="h_match")
+        # (the header's fields are data, used only in the states after its take: no reset)
+        h, hm = Signal(MonitoredHeader, name="h", reset_less=True), Signal(Match, name="h_match")
         Plan = data.StructLayout({
             "control": 1, "plain": 1, "ack": 1, "data": 1, "spoofed": 1, "stray": 1, "management": 1, "refused": 1,
             "lossy": 1,         # a data frame of a bounded-loss job
@@ -902,17 +900,18 @@ class StatusMonitor(wiring.Component):
         packet_beats = Signal(beat_bits + 1)
         m.d.comb += packet_beats.eq((length + B - 1) >> exact_log2(B))
 
-        # What a commit writes into the queues and the header store comes from the plan alone (``intended``)
-        shifted = Signal(ParsedHeader)
+        # What a commit writes into the queues and the store comes from the plan alone (``intended``); every
+        # commit writes its frame's fate, a record dropped unless the commit says otherwise
+        fate = Signal(self.fates.payload.shape())
         # (the frame's own bytes and beats so far: with the beat on the parser's output as the last, or in
         # COMMIT, as registered)
         own_bytes = Signal(8 * OWN_BYTES)
         forward_beats = Signal(range(frame_beats + 2))
         m.d.comb += [own_bytes.eq(window_now[:8 * OWN_BYTES]), forward_beats.eq(beat_index + 1)]
         m.d.comb += [
-            shifted.eq(h), shifted.bth_psn.eq(h.bth_psn + GAP_PSN_SHIFT),
-            headers.w_data.eq(Mux(plan.forward_gap, shifted, h)),
-            hs_w.addr.eq(slot * N + plan.worker), hs_w.data.header.eq(stored_header(h)), hs_w.data.own.eq(own_bytes),
+            fates.w_data.eq(fate), fate.fate.eq(Fate.DROP), fate.gap.eq(plan.forward_gap),
+            fate.entry.eq(slot * N + plan.worker),
+            own_w.addr.eq(slot * N + plan.worker), own_w.data.eq(own_bytes),
             unsent_add_at.eq(plan.job * K + plan.k),
             new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
             new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),
@@ -1100,7 +1099,7 @@ class StatusMonitor(wiring.Component):
         # so that taking the last beat does not wait on the outcome), and ADVANCE and RELEASE queue a credit
         # only then; registered: two entries free a clock ago leave one now, for the one write a clock
         room = Signal()
-        m.d.sync += room.eq((descriptors.level < descriptors.depth - 1) & (headers.level < headers.depth - 1)
+        m.d.sync += room.eq((descriptors.level < descriptors.depth - 1) & (fates.level < fates.depth - 1)
                             & (sum_requests.level < sum_requests.depth - 1))
 
         record_pending = Signal()     # the header's record (``h``) loads from ``frames`` in this clock
@@ -1129,8 +1128,8 @@ class StatusMonitor(wiring.Component):
         with m.FSM(name="monitor"):
             def load_header(record_later=False):
                 """Load the header at the head of ``frames`` (and its arrival) and go on with its frame; with
-                ``record_later``, its record (``h``, the thousand-odd registers) and its arrival load in the next
-                clock, from ``record_pending`` alone (both stay at their heads until then)."""
+                ``record_later``, its fields (``h``) and its arrival load in the next clock, from
+                ``record_pending`` alone (both stay at their heads until then)."""
                 taken_header = self.frames.payload
                 m.d.comb += taken_now.eq(1)
                 if record_later:
@@ -1188,8 +1187,8 @@ class StatusMonitor(wiring.Component):
             def take_header_at_once():
                 """Where a frame of no connection commits on its last beat: load the next header in this
                 clock if the clock before allowed it (``take_allowed``) and it is of no connection too, its
-                record a clock later (so that back-to-back forwarded frames keep the line, and the loads of
-                a thousand-odd registers wait on no late condition); a header of a connection goes through
+                fields a clock later (so that back-to-back forwarded frames keep the line, and the loads of
+                its fields wait on no late condition); a header of a connection goes through
                 TAKE (a clock its header beats leave to spare); else IDLE decides."""
                 with m.If(take_allowed & stateless_next):
                     load_header(record_later=True)
@@ -1216,13 +1215,16 @@ class StatusMonitor(wiring.Component):
                     m.d.comb += contributing_now.eq(intends("CONTRIBUTE"))
                 m.d.sync += [settling.eq(1), settled.eq(settled_now[id(facts)]),
                              release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
+                m.d.comb += fates.w_en.eq(1)
                 with m.If(happens_here("FORWARD", "FORWARD_GAP", "ACK")):
                     m.d.sync += ring_committed.eq(ring_cursor + ring_written)
-                    m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
+                    m.d.comb += [fate.fate.eq(Fate.FORWARD), descriptors.w_en.eq(1)]
                 with m.Else():
                     m.d.sync += ring_cursor.eq(ring_committed)
                 with m.If(happens_here("DUPLICATE")):
-                    m.d.comb += [headers.w_en.eq(1), descriptors.w_en.eq(1)]
+                    m.d.comb += [fate.fate.eq(Fate.FORWARD), descriptors.w_en.eq(1)]
+                with m.If(happens_here("CONTRIBUTE", "LOSSY")):
+                    m.d.comb += fate.fate.eq(Fate.STORE)
                 with m.If(happens_here("CREDIT")):
                     m.d.comb += descriptors.w_en.eq(1)
                     count("credits_sent")
@@ -1256,7 +1258,7 @@ class StatusMonitor(wiring.Component):
                         write_at(pk_bitmap, slot, bitmap)
                         write_at(pk_len, slot, length)
                         write_at(expected, c, expected[c] + 1)
-                        m.d.comb += hs_w.en.eq(1)
+                        m.d.comb += own_w.en.eq(1)
                         with m.If(plan.first):
                             for array, index, value in ((msg_busy, j * K + k, 1), (msg_seq, j * K + k, next_seq[c]),
                                                         (wk_started, entry, 1), (wk_closed, entry, 0),
@@ -1276,7 +1278,8 @@ class StatusMonitor(wiring.Component):
                                         m.d.sync += sent[jj * N + v].eq(own_psn[jj][v])
                             write_at(pk_ready, slot, 1)
                             count("results_sent", job_n[j])
-                            m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1)]
+                            m.d.comb += [unsent_add.eq(1), sum_requests.w_en.eq(1), descriptors.w_en.eq(1),
+                                         fate.results.eq(1)]
 
             with m.State("IDLE"):
                 take_header()
@@ -1411,8 +1414,8 @@ class StatusMonitor(wiring.Component):
                     first_slot = lossy_slot(plan.job, probe.k)
                     write_at(pk_len, first_slot, length)
                     write_at(pk_bitmap, first_slot, lossy_bitmap)
-                    m.d.comb += [hs_w.en.eq(1), hs_w.addr.eq(first_slot * N + plan.worker),
-                                 hs_w.data.own.eq(window[:8 * OWN_BYTES])]
+                    m.d.comb += [own_w.en.eq(1), own_w.addr.eq(first_slot * N + plan.worker),
+                                 own_w.data.eq(window[:8 * OWN_BYTES]), fate.entry.eq(first_slot * N + plan.worker)]
                     with m.If(lossy_full):
                         m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
                         m.next = "COMPLETE"
@@ -1455,6 +1458,8 @@ class StatusMonitor(wiring.Component):
                     with m.If(complete_bitmap != 0):
                         count("results_sent", job_n[complete_job])
                         m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
+                        # (a fate of no frame: the RESULTS descriptor's, after the contributions' records)
+                        m.d.comb += [fates.w_en.eq(1), fate.fate.eq(Fate.NONE), fate.results.eq(1)]
                         m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
                                      new_request.slot.eq(complete_slot),
                                      new_request.result_slot.eq(new_descriptor.rslot),

@@ -7,12 +7,14 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    from ports narrower than the core, each frame held whole by ``hw.gearbox.WholeFrames``) into the
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
    share one port's worth; docs "Open items"); ``hw.parser.RoceParser`` gives each frame's header record,
-   then its payload stream with the verdicts; ``match.ConnectionMatch`` matches each header to its
-   connection and checks the binding, from configuration only, as headers arrive.
+   then its payload stream with the verdicts; ``records.HeaderRecords`` holds each record until its frame is
+   decided and hands it to ``match.ConnectionMatch``, which matches each header to its connection and checks
+   the binding, from configuration only, as headers arrive, and hands on the fields the monitor decides on.
 2. *monitor* (``monitor.StatusMonitor``): each frame's fate, one frame at a time, from its header, its
    match, the state and its payload: it owns every connection's, message's and packet slot's state, writes
-   contributions into the banks and frames that go on into the packet ring, and queues descriptors, the
-   header records of the frames that go on, and sum requests, in commit order.
+   contributions into the banks and frames that go on into the packet ring, and queues descriptors, each
+   frame's fate (``records.HeaderRecords`` then hands the record of a frame that goes on to the emitter and
+   writes a contribution's into the header store) and sum requests, in commit order.
 3. *sum* (``hw.slots.SlotMemory``): a full bitmap's sum request reads the banks through the adder tree
    into the result memory.
 4. *out*: ``emitter.Emitter`` turns the descriptors, in order, into frames (a frame that goes on from the
@@ -69,6 +71,7 @@ from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
 from .monitor import StatusMonitor
+from .records import HeaderRecords
 from .registers import SwitchRegisters
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
@@ -237,9 +240,13 @@ class NetReduceSwitch(wiring.Component):
                              arbiter.whole[p].eq(whole.head_whole)]
         m.submodules.parser = parser = RoceParser(W, ipv6=self.ipv6)
         wiring.connect(m, arbiter.o, parser.i)
+        # every header record waits in ``records`` for its frame's fate; the match, and from it the monitor, see
+        # the fields they decide on
+        m.submodules.records = records = HeaderRecords(store_entries=S * N)
+        wiring.connect(m, parser.hdr, records.i)
         m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management,
                                                      header_clocks=-(-ETH_MIN_FRAME // (W // 8)))
-        wiring.connect(m, parser.hdr, match.header)
+        wiring.connect(m, records.o, match.header)
         wiring.connect(m, arbiter.frame_port, match.port)
         m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs),
                      match.connection_write.eq(regs.connection_write)]
@@ -276,19 +283,20 @@ class NetReduceSwitch(wiring.Component):
         m.submodules.ring = ring = Memory(shape=emitter.StoredBeat, depth=1 << emitter.ring_bits, init=[],
                                           attrs=NO_COLLISION)
         # the header store in two memories, each with the one read port that reads it (a memory of whole
-        # entries would be copied whole for each of its two read ports), in block RAM: the monitor writes a
-        # slot's entries while it takes the slot's contributions, the emitter reads them once the slot's sum
-        # is done, and the slot is taken again only once its results are sent (``UnsentResults``)
+        # entries would be copied whole for each of its two read ports), in block RAM: the records (headers)
+        # and the monitor (own bytes) write a slot's entries as it takes the slot's contributions, the emitter
+        # reads them once the slot's sum is done and its headers are written (``stored``), and the slot is
+        # taken again only once its results are sent (``UnsentResults``)
         m.submodules.header_store = header_store = Memory(shape=StoredHeader, depth=S * N, init=[],
                                                           attrs=IN_BLOCK_RAM)
         m.submodules.own_store = own_store = Memory(shape=8 * OWN_BYTES, depth=S * N, init=[], attrs=IN_BLOCK_RAM)
         wiring.connect(m, monitor.ring_write, ring.write_port())
-        for store, part in ((header_store, monitor.store_write.data.header), (own_store, monitor.store_write.data.own)):
-            write = store.write_port()
-            m.d.comb += [write.en.eq(monitor.store_write.en), write.addr.eq(monitor.store_write.addr),
-                         write.data.eq(part)]
+        wiring.connect(m, records.store_write, header_store.write_port())
+        wiring.connect(m, monitor.own_write, own_store.write_port())
         wiring.connect(m, monitor.descriptors, emitter.descriptors)
-        wiring.connect(m, monitor.headers, emitter.headers)
+        wiring.connect(m, monitor.fates, records.fates)
+        wiring.connect(m, records.headers, emitter.headers)
+        m.d.comb += emitter.stored.eq(records.stored)
         m.submodules.ring_read = ring_read = BlockRAMReadPort(ring)
         wiring.connect(m, emitter.ring, ring_read)
         m.submodules.header_store_read = header_store_read = BlockRAMReadPort(header_store)
