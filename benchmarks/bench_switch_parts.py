@@ -43,7 +43,7 @@ def switch_parts(ports):
     m = switch.elaborate(None)
     parts = {}
     # (smallest first; the ports' egress stages are alike, so one stands for all)
-    for name in ("arbiter", "forwarding", "class_join", "router", "match", "registers",
+    for name in ("arbiter", "forwarding", "class_join", "router", "records", "match", "registers",
                  "egress_0", "parser", "slots", "emitter", "deparser", "monitor"):
         part = m.submodules[name]
         if isinstance(part, wiring.Component):
