@@ -1458,7 +1458,7 @@ class StatusMonitor(wiring.Component):
                     with m.If(complete_bitmap != 0):
                         count("results_sent", job_n[complete_job])
                         m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
-                        # (a fate of no frame: the RESULTS descriptor's, after the contributions' records)
+                        # (a fate of no frame: the RESULTS descriptor's, after every contribution's record)
                         m.d.comb += [fates.w_en.eq(1), fate.fate.eq(Fate.NONE), fate.results.eq(1)]
                         m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
                                      new_request.slot.eq(complete_slot),

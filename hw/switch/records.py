@@ -11,7 +11,8 @@ match and the monitor decide on their fields, and the monitor says what became o
   ``gap`` says so (a gap's first packet);
 - ``STORE``: a contribution: its ``StoredHeader`` into the header store (``store_write``) at ``entry``;
 - ``DROP``: the record goes;
-- ``NONE``: a fate of no frame, which takes no record (a bounded-loss message completed by its deadline).
+- ``NONE``: a fate of no frame, which takes no record: a bounded-loss message completed (``COMPLETE``, by its
+  deadline or its last contribution), whose results are queued apart from any frame's commit.
 
 A fate with ``results`` says that a RESULTS descriptor that is not a resend was queued with it, whose
 results read the header store: ``stored`` strobes once that fate's record is stored, so the emitter takes
