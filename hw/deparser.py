@@ -3,10 +3,10 @@
 Behaviour: docs/ARCHITECTURE.md, "Deparser contract". Structure (one output beat per clock, with no
 bubbles between back-to-back frames):
 
-``serialize``  takes each header record into a register and turns it into the bytes of its headers and
+``serialize``  takes each header record from a FIFO and turns it into the bytes of its headers and
                their length, with the sum of the IPv4 header's words (its checksum is folded from
-               that sum when the merge builds the beat that holds it): the *plan* of its frame (at
-               512 bits one a clock, into a plan FIFO of two);
+               that sum when the merge builds the beat that holds it); one record per clock into the
+               plan FIFO;
 ``merge``      emits the frame beat by beat: whole header beats, then header tail and payload merged at
                the header length's byte offset, then the payload's last bytes, zero placeholders for
                the ICRC and zero Ethernet padding up to 60 bytes (with ``whole_frames``, a frame
@@ -20,7 +20,7 @@ bubbles between back-to-back frames):
                spilling into the next beat when it straddles two.
 
 No ``ready`` is a chain through the stages: the header records come in through a register of one entry
-(``hdr.ready``: it is empty, or at 512 bits the plan FIFO has room, registers) and the payload through a FIFO
+(``hdr.ready``: it is empty or the plan FIFO has room, both registers) and the payload through a FIFO
 (``i.ready``: its registered room), the ICRC pipeline never stalls, and its beats
 go into an output FIFO that the merge stage may fill only while it holds a credit (one per free entry,
 counted in a register), so ``o.ready`` reaches nothing but that FIFO.
@@ -234,16 +234,20 @@ class RoceDeparser(wiring.Component):
 
         # --- serialize ----------------------------------------------------------------------------
         # Each header record comes in through a register of one entry, so that the serializer starts from
-        # a register (a FIFO here would hold its records in distributed RAM: at 968 bits, some 1,450 ECP5 logic
-        # cells). The merge takes the next plan into a register of its own (``plan``) when that is empty and
-        # as a frame's last beat goes. Where no frame is one beat (below 512 bits), the record register is the
-        # queue: the next plan is serialized from it as the merge takes it, and it takes the next record once
-        # empty (``hdr.ready``: a register), which it has long before the next frame ends. Frames of one beat,
-        # one a clock (512 bits), need more: the record register then writes one plan per clock into a FIFO
-        # of two, and takes a record in the clock it passes its own on (``hdr.ready``: an OR of two registers,
-        # it empty and the FIFO's registered room).
+        # a register; it writes one plan per clock into the plan FIFO. The register takes a record in the
+        # clock it passes its own on, so ``hdr.ready`` is an OR of two registers (it empty; the plan FIFO's
+        # registered room). A FIFO here would hold its records in distributed RAM: at 968 bits, some 1,450
+        # ECP5 logic cells. The merge takes the FIFO's head into a register of its own (``plan``) when that is
+        # empty and as a frame's last beat goes, so where no frame is one beat (below 512 bits) a FIFO of one
+        # entry, written again a clock later, has the plan after next before the next frame ends; frames of
+        # one beat, one a clock, need two.
         record = Signal(ParsedHeader, reset_less=True)      # (data, qualified by ``record_valid``: no reset)
         record_valid = Signal()
+        plan_entries = 2 if nbytes >= ETH_MIN_FRAME else 1
+        m.submodules.plans = plans = RegisterFIFO(width=plan_layout.size, depth=plan_entries)
+        m.d.comb += self.hdr.ready.eq(~record_valid | plans.w_rdy)
+        with m.If(self.hdr.ready):
+            m.d.sync += [record.eq(self.hdr.payload), record_valid.eq(self.hdr.valid)]
         header, length, layout, ip_sum = serialize_header(m, record, self.window_bytes, self.ipv6)
         plan_in = Signal(plan_layout)
         m.d.comb += [
@@ -252,20 +256,9 @@ class RoceDeparser(wiring.Component):
             # (a table over the length's lane: no arithmetic on the way into the plan)
             plan_in.icrc_room.eq(Array(C(max(0, nbytes - (ICRC_BYTES - 1) - lane), len(plan_in.icrc_room))
                                        for lane in range(nbytes))[length[0:lane_bits]]),
+            plans.w_data.eq(plan_in),
+            plans.w_en.eq(record_valid),
         ]
-        take_plan = Signal()                # the merge takes the next plan
-        if nbytes >= ETH_MIN_FRAME:
-            m.submodules.plans = plans = RegisterFIFO(width=plan_layout.size, depth=2)
-            m.d.comb += [self.hdr.ready.eq(~record_valid | plans.w_rdy),
-                         plans.w_data.eq(plan_in), plans.w_en.eq(record_valid), plans.r_en.eq(take_plan)]
-            next_plan, next_plan_valid = plans.r_data, plans.r_rdy
-        else:
-            m.d.comb += self.hdr.ready.eq(~record_valid)
-            with m.If(take_plan):
-                m.d.sync += record_valid.eq(0)
-            next_plan, next_plan_valid = plan_in, record_valid
-        with m.If(self.hdr.ready):
-            m.d.sync += [record.eq(self.hdr.payload), record_valid.eq(self.hdr.valid)]
 
         # --- the ICRC pipeline: stage 0 is the merge output, the last stage feeds the output FIFO ---
         # 0: merge output, 1: masked for the ICRC, 2: CRC state, 3 .. 2 + R: rewound by bit 0 .. R - 1,
@@ -297,8 +290,8 @@ class RoceDeparser(wiring.Component):
         # counted relative to the beat (small sums, not positions in the frame), and the beat's lanes and
         # merged bytes are worked out a clock later from what the loop registered (``decided``).
         # The plan of the frame being sent, or of the next to start, is in ``plan``, a register that takes
-        # the next plan when it is empty and in the clock a frame's last beat goes, so that the loop reads one
-        # register rather than a choice between it and the next.
+        # the plan FIFO's head when it is empty and in the clock a frame's last beat goes, so that the loop
+        # reads one register rather than a choice between it and the FIFO.
         active = Signal()                       # a frame is being sent (its first beat has gone)
         plan = Signal(plan_layout, reset_less=True)        # (data, qualified by ``have_plan``: no reset)
         have_plan = Signal()
@@ -398,11 +391,11 @@ class RoceDeparser(wiring.Component):
         decided_valid = Signal()
         refill = ~have_plan | (emit & out_last)
         m.d.comb += [
-            take_plan.eq(refill),
+            plans.r_en.eq(refill),
             payloads.r_en.eq(emit & consume),
         ]
         with m.If(refill):
-            m.d.sync += [plan.eq(next_plan), have_plan.eq(next_plan_valid)]
+            m.d.sync += [plan.eq(plans.r_data), have_plan.eq(plans.r_rdy)]
         m.d.sync += decided_valid.eq(emit)
         with m.If(emit):
             m.d.sync += [

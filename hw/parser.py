@@ -454,11 +454,12 @@ class RoceParser(wiring.Component):
         self.beat_fifo_depth = self.window_beats + 17
         # The context FIFO, the summary FIFO and (unless told to hold more) the header FIFO hold the records of
         # the frames whose beats wait in the beat FIFO (a frame of one beat each at 512 bits), besides those on
-        # their way into them. The context FIFO fills whole distributed RAMs of 16 entries and has an output
-        # register besides (its record starts the process stage's paths). The header and summary FIFOs are in
-        # block RAM (``hw.ram.BlockRAMFIFO``), whose synchronous read holds the record at its head: as a
-        # distributed RAM its hundreds of cells and their outputs, which fan out to the connection match's
-        # comparators, were where the board switch's routing congested (docs/ARCHITECTURE.md, "Boards").
+        # their way into them. The context FIFO
+        # fills whole distributed RAMs of 16 entries and has an output register besides (its record starts
+        # the process stage's paths). The header and summary FIFOs are in block RAM (``hw.ram.BlockRAMFIFO``),
+        # whose synchronous read holds the record at its head: as a distributed RAM its hundreds of cells and
+        # their outputs, which fan out to the connection match's comparators, were where the board
+        # switch's routing congested (docs/ARCHITECTURE.md, "Boards").
         frames_waiting = -(-self.beat_fifo_depth // -(-ETH_MIN_FRAME // self.beat_bytes))
         self.summary_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16)
         self.record_fifo_depth = self.summary_fifo_depth + 1
@@ -509,7 +510,7 @@ class RoceParser(wiring.Component):
         m.d.sync += in_ok.eq((beats.level <= beats.depth - 3)
                              & (contexts.level <= contexts.depth - _DECODE_IN_FLIGHT)
                              & (headers.level <= headers.depth - _DECODE_IN_FLIGHT)
-                             & (summaries.level <= summaries.depth - _DECODE_IN_FLIGHT if summaries is not None else 1))
+                             & (summaries.level <= summaries.depth - _DECODE_IN_FLIGHT if summaries else 1))
         beat_in = self.i.payload
         accept = Signal()
         m.d.comb += [self.i.ready.eq(in_ok), accept.eq(self.i.valid & in_ok)]
