@@ -25,8 +25,8 @@ The beat FIFO is deep enough for a frame's window to be decoded before its first
 back-to-back frames flow without bubbles; frames shorter than the window (runts) may slow the input.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Shape, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -433,17 +433,10 @@ class RoceParser(wiring.Component):
     Parameters: ``width``, the datapath width in bits (64 .. 512); ``ipv6``: RoCE over IPv6 is parsed (without
     it, an IPv6 header gives its traffic class only: ``ip_version`` 6, ``ip_dscp``, ``ip_ecn``, and the frame
     is not RoCE; ``netreduce.sim.roce_model.parse_frame(frame, ipv6=False)``).
-    ``summary``: a ``data.StructLayout`` whose members are fields of ``ParsedHeader`` (each of at most its
-    field's width: the field's low bits), or ``None``. With a summary, each record is also written, in the
-    same clock, into a FIFO of its own whose head is offered on ``summary``: rule 8 of the parser contract
-    (the header before its payload) then holds for ``summary``, and ``hdr`` may be read as late as
-    ``header_depth`` records allow (the header FIFO holds that many; by default as many as the frames
-    whose beats can wait in the parser). Either FIFO full holds the input back.
-    Ports: ``i`` (frame stream in), ``hdr`` (header records out), ``o`` (payload stream out), ``summary`` (with
-    a summary, out).
+    Ports: ``i`` (frame stream in), ``hdr`` (header records out), ``o`` (payload stream out).
     """
 
-    def __init__(self, width=64, *, ipv6=True, summary=None, header_depth=None):
+    def __init__(self, width=64, *, ipv6=True):
         self.width = check_width(width)
         self.ipv6 = bool(ipv6)
         self.beat_bytes = width // 8
@@ -452,31 +445,20 @@ class RoceParser(wiring.Component):
         # deep enough that a frame's first beat waits at the head, not at the input, while its window
         # is decoded (input register, window register, four decode registers, context FIFO)
         self.beat_fifo_depth = self.window_beats + 17
-        # The context FIFO, the summary FIFO and (unless told to hold more) the header FIFO hold the records of
-        # the frames whose beats wait in the beat FIFO (a frame of one beat each at 512 bits), besides those on
-        # their way into them. The context FIFO
+        # The header and context FIFOs hold the records of the frames whose beats wait in the beat FIFO
+        # (a frame of one beat each at 512 bits), besides those on their way into them. The context FIFO
         # fills whole distributed RAMs of 16 entries and has an output register besides (its record starts
-        # the process stage's paths). The header and summary FIFOs are in block RAM (``hw.ram.BlockRAMFIFO``),
-        # whose synchronous read holds the record at its head: as a distributed RAM its hundreds of cells and
+        # the process stage's paths). The header FIFO is in block RAM (``hw.ram.BlockRAMFIFO``), whose
+        # synchronous read holds the record at its head: as a distributed RAM its hundreds of cells and
         # their outputs, which fan out to the connection match's comparators, were where the board
         # switch's routing congested (docs/ARCHITECTURE.md, "Boards").
         frames_waiting = -(-self.beat_fifo_depth // -(-ETH_MIN_FRAME // self.beat_bytes))
-        self.summary_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16)
-        self.record_fifo_depth = self.summary_fifo_depth + 1
-        self.header_fifo_depth = self.summary_fifo_depth if header_depth is None else header_depth
-        if self.header_fifo_depth < self.summary_fifo_depth:
-            raise ValueError(f"the header FIFO holds at least {self.summary_fifo_depth} records, "
-                             f"not {header_depth}")
-        self.summary_layout = summary
-        if summary is not None:
-            for name, field in summary.members.items():
-                if name not in ParsedHeader.members or Shape.cast(field).width > ParsedHeader.members[name].width:
-                    raise ValueError(f"the summary's {name!r} is not a header field's low bits")
+        self.header_fifo_depth = 16 * -(-(_DECODE_IN_FLIGHT + frames_waiting + 4) // 16)
+        self.record_fifo_depth = self.header_fifo_depth + 1
         super().__init__({
             "i": In(frame_stream(width)),
             "hdr": Out(header_stream()),
             "o": Out(payload_stream(width)),
-            **({} if summary is None else {"summary": Out(stream.Signature(summary))}),
         })
 
     def elaborate(self, platform):
@@ -488,10 +470,6 @@ class RoceParser(wiring.Component):
         m.submodules.beats = beats = SyncFIFOBuffered(width=beat_layout.size, depth=self.beat_fifo_depth)
         m.submodules.contexts = contexts = SyncFIFOBuffered(width=FrameContext.size, depth=self.record_fifo_depth)
         m.submodules.headers = headers = BlockRAMFIFO(width=ParsedHeader.size, depth=self.header_fifo_depth)
-        summaries = None
-        if self.summary_layout is not None:
-            m.submodules.summaries = summaries = BlockRAMFIFO(width=self.summary_layout.size,
-                                                              depth=self.summary_fifo_depth)
         m.submodules.payload = payload = SyncFIFOBuffered(width=beat_layout.size, depth=8)
         m.submodules.verdicts = verdicts = SyncFIFOBuffered(width=Verdict.size, depth=6)
 
@@ -509,8 +487,7 @@ class RoceParser(wiring.Component):
         in_ok = Signal()
         m.d.sync += in_ok.eq((beats.level <= beats.depth - 3)
                              & (contexts.level <= contexts.depth - _DECODE_IN_FLIGHT)
-                             & (headers.level <= headers.depth - _DECODE_IN_FLIGHT)
-                             & (summaries.level <= summaries.depth - _DECODE_IN_FLIGHT if summaries else 1))
+                             & (headers.level <= headers.depth - _DECODE_IN_FLIGHT))
         beat_in = self.i.payload
         accept = Signal()
         m.d.comb += [self.i.ready.eq(in_ok), accept.eq(self.i.valid & in_ok)]
@@ -572,15 +549,6 @@ class RoceParser(wiring.Component):
             headers.w_data.eq(header),
             headers.w_en.eq(dec_valid[-1]),
         ]
-        if summaries is not None:
-            m.d.comb += [
-                summaries.w_data.eq(Cat(*[getattr(header, name)[:Shape.cast(field).width]
-                                          for name, field in self.summary_layout.members.items()])),
-                summaries.w_en.eq(dec_valid[-1]),
-                self.summary.valid.eq(summaries.r_rdy),
-                self.summary.payload.eq(summaries.r_data),
-                summaries.r_en.eq(self.summary.ready),
-            ]
 
         # --- process: five stages that advance together, when every output FIFO has room ----------
         go = Signal()

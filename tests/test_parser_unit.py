@@ -7,8 +7,6 @@ tests exercise the Amaranth source directly, with idle cycles and backpressure.
 import random
 
 import pytest
-from amaranth.hdl import Shape
-from amaranth.lib import data
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netreduce.host import strategies as roce_st
@@ -127,56 +125,6 @@ def test_a_header_leaves_before_or_with_its_payload_s_first_beat(width):
     assert len(header_clocks) == len(first_beat_clocks) == len(frames)
     late = [(k, h, p) for k, (h, p) in enumerate(zip(header_clocks, first_beat_clocks, strict=True)) if h > p]
     assert not late, f"(frame, header's clock, first payload beat's clock) with the header late: {late}"
-
-
-@pytest.mark.parametrize("width", [64, 512])
-def test_a_summary_goes_ahead_while_the_records_wait(width):
-    """With a summary: each frame's summary (its named fields' low bits) is handed over in the clock of its
-    payload's first beat or earlier (rule 8) while the header records wait unread; with the header FIFO full
-    (``header_depth`` records) the input is held back, no frame past them going in, until the records are read;
-    then every record comes, in order, equal to the golden model's."""
-    summary = data.StructLayout({"roce": 1, "ip_src": 32, "bth_psn": 24, "udp_dport": 16, "eth_src": 48})
-    depth = 32
-    frames = _capture_sample(8, width + 3) + [bytes(range(60)), bytes(64)] * 15
-    dut = RoceParser(width, ipv6=False, summary=summary, header_depth=depth)
-    records, summaries, payloads, summary_clocks, first_beat_clocks, held = [], [], [], [], [], []
-
-    async def watch(ctx):
-        clock = 0
-        while True:
-            if ctx.get(dut.summary.valid) and ctx.get(dut.summary.ready):
-                summary_clocks.append(clock)
-            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready) and ctx.get(dut.o.payload.first):
-                first_beat_clocks.append(clock)
-            await ctx.tick()
-            clock += 1
-
-    async def records_read_late(ctx):
-        """No record read until nothing has come out for 300 clocks; then every one."""
-        quiet, seen = 0, 0
-        while quiet < 300:
-            await ctx.tick()
-            quiet = 0 if len(payloads) != seen else quiet + 1
-            seen = len(payloads)
-        held.append(len(payloads))
-        while True:
-            ctx.set(dut.hdr.ready, 1)
-            _, _, valid, payload = await ctx.tick().sample(dut.hdr.valid, dut.hdr.payload)
-            if valid:
-                records.append(header_dict(payload))
-    run(dut,
-        [send_frames(dut.i, frames, width // 8)],
-        [collect_records(dut.summary, summaries), collect_frames(dut.o, width // 8, payloads), watch,
-         records_read_late],
-        until_idle=lambda: len(payloads) == len(frames) and len(records) == len(frames))
-    assert held and held[0] <= depth < len(frames), f"{held}: the input was not held back by the header FIFO"
-    expected = [roce_model.parse_frame(frame, ipv6=False).header for frame in frames]
-    assert records == expected
-    assert [{name: int(getattr(s, name)) for name in summary.members} for s in summaries] == \
-        [{name: header[name] & ((1 << Shape.cast(shape).width) - 1) for name, shape in summary.members.items()}
-         for header in expected]
-    late = [(k, h, p) for k, (h, p) in enumerate(zip(summary_clocks, first_beat_clocks, strict=True)) if h > p]
-    assert not late, f"(frame, summary's clock, first payload beat's clock) with the summary late: {late}"
 
 
 @pytest.mark.slow(minutes=1)

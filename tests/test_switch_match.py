@@ -8,7 +8,6 @@ offered with random idle clocks and taken with random backpressure."""
 import random
 
 import pytest
-from amaranth.hdl import Shape
 from amaranth.sim import Simulator
 
 from netreduce.host.management import ManagementMessage, build_management_frame, management_address
@@ -21,7 +20,8 @@ from netreduce.host.protocol import (
     parse_control_payload,
     udp_payload,
 )
-from netreduce.hw.switch.match import ConnectionMatch, MatchedHeader
+from netreduce.hw.stream import ParsedHeader
+from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.registers import JobEntry, SwitchAddress
 from netreduce.registers import register_writes, vlan_word
 from netreduce.sim.roce_model import parse_frame
@@ -196,10 +196,8 @@ async def configure(ctx, dut, cfg):
 
 
 async def offer_header(ctx, dut, port, header):
-    """A header (the parser's summary of it: each field of ``MatchedHeader``, its low bits) and its port
-    offered, both streams in the same clock, until the match takes them."""
-    ctx.set(dut.header.payload, MatchedHeader.const({name: header[name] & ((1 << Shape.cast(shape).width) - 1)
-                                                     for name, shape in MatchedHeader.members.items()}))
+    """A header and its port offered, both streams in the same clock, until the match takes them."""
+    ctx.set(dut.header.payload, ParsedHeader.const(header))
     ctx.set(dut.port.payload, port)
     ctx.set(dut.header.valid, 1)
     ctx.set(dut.port.valid, 1)

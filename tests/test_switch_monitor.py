@@ -33,9 +33,9 @@ from netreduce.host.protocol import AggHeader, ip_to_int
 from netreduce.hw.egress import EgressQueues
 from netreduce.hw.parser import RoceParser
 from netreduce.hw.switch.emitter import Emission, StoredHeader, stored_header_fields
-from netreduce.hw.switch.match import ConnectionMatch, MatchedHeader
+from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.monitor import StatusMonitor
-from netreduce.hw.switch.records import RECORD_DEPTH, HeaderRecords
+from netreduce.hw.switch.records import HeaderRecords
 from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
@@ -49,13 +49,12 @@ RELIABLE = JOB + 1
 
 
 class MonitorBench(Elaboratable):
-    """Parser (with the match's summary and the header FIFO of the records), header records, connection match
-    and registers around the monitor, as in the switch. The
+    """Parser, header records, connection match and registers around the monitor, as in the switch. The
     testbench gives each frame's ingress port (``match.port``, in frame order) and plays the emitter's part
     (``ring_read``, and taking the records of the frames that go on)."""
 
     def __init__(self, width):
-        self.parser = RoceParser(width, summary=MatchedHeader, header_depth=RECORD_DEPTH)
+        self.parser = RoceParser(width)
         # (as the switch builds it: where a frame is 8 beats at least, the connections compared in steps)
         self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS,
                                      header_clocks=-(-ETH_MIN_FRAME // (width // 8)))
@@ -74,8 +73,8 @@ class MonitorBench(Elaboratable):
         m.submodules.monitor, m.submodules.registers = self.monitor, self.registers
         m.submodules.records = records = self.records
         parser, match, monitor, regs = self.parser, self.match, self.monitor, self.registers
-        wiring.connect(m, parser.hdr, records.records)
-        wiring.connect(m, parser.summary, match.header)
+        wiring.connect(m, parser.hdr, records.i)
+        wiring.connect(m, records.o, match.header)
         wiring.connect(m, monitor.fates, records.fates)
         wiring.connect(m, match.o, monitor.frames)
         wiring.connect(m, parser.o, monitor.payload)

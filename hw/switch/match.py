@@ -24,18 +24,17 @@ headers arrive, ahead of the monitor:
   sender with them, once it has read which connection the request names from its payload, so that no
   connection's address reaches the monitor.
 
-A key is registered when its connection and the connection's job are enabled. The comparisons with every
-connection are registered (a stage of their own, off the path that picks the connection). The match reads the
-parser's summary of each header record (``MatchedHeader``: the fields it compares and those it hands on; the
-whole record waits in the parser's header FIFO for ``records.HeaderRecords``), and ``o`` carries each header's
-``MonitoredHeader`` (the fields the monitor decides on) with its match through a FIFO of two entries in
-registers (``hw.ram.RegisterFIFO``); where no frame is one beat (``header_clocks`` above 1) the FIFO is one
-register of the match alone, and the header stays in the comparisons' register until its match is taken.
+A key is registered when its connection and the connection's job are enabled. The comparisons with
+every connection are registered (a stage of their own, off the path that picks the connection), and
+``o`` carries each header's ``MonitoredHeader`` (the fields the monitor decides on; the whole record waits
+in ``records.HeaderRecords``) with its match through a FIFO of two entries in registers (``hw.ram.RegisterFIFO``);
+where no frame is one beat (``header_clocks`` above 1) the FIFO is one register of the match alone, and the
+header stays in the comparisons' register until its match is taken.
 
 The comparisons take the clocks that the headers leave them. Where a header comes every ``header_clocks``
 clocks at most (a frame of ``header_clocks`` beats at least: 8 at 64 bits), the connections are compared in
 *steps*, ``lanes`` of them a clock (``lanes = ceil(C / header_clocks)``), so that the header is compared with
-each connection in the ``ceil(C / lanes)`` clocks it waits at the head of the parser's summary FIFO anyway, and the
+each connection in the ``ceil(C / lanes)`` clocks it waits at the head of the parser's FIFO anyway, and the
 comparisons' bits of each step are kept until the last. Each lane reads the fields of its connections
 (c = step lanes + lane) from a ``ConnectionTable`` of its own, written from the register port's connection
 writes (``connection_write``), at the step: one comparator per lane and field instead of one per connection,
@@ -54,10 +53,11 @@ from ...registers import CONNECTION
 from ...wire import MANAGEMENT_PORT, PARSED_HEADER_FIELDS
 from ..csr import block_write_layout
 from ..ram import RegisterFIFO
+from ..stream import ParsedHeader
 from .connection_table import ConnectionTable
 from .registers import JobEntry, SwitchAddress, vlan_of
 
-__all__ = ["ConnectionMatch", "match_layout", "MatchedHeader", "MonitoredHeader", "monitored"]
+__all__ = ["ConnectionMatch", "match_layout", "MonitoredHeader", "monitored"]
 
 _ACKNOWLEDGE = 0x11
 
@@ -70,24 +70,15 @@ def match_layout(connections, ports):
 
 
 # Of each header record, what the match hands on with its match: the fields the monitor decides on. The
-# record itself waits in the parser's header FIFO for the monitor's fate (``records.HeaderRecords``).
+# record itself waits in ``records.HeaderRecords`` for the monitor's fate.
 MONITORED_FIELDS = ("roce", "vlan_valid", "ip_version", "udp_len", "bth_opcode", "bth_pad", "bth_psn",
                     "aeth_syndrome", "payload_len")
 MonitoredHeader = data.StructLayout({name: bits for name, bits in PARSED_HEADER_FIELDS if name in MONITORED_FIELDS})
 assert len(MonitoredHeader.members) == len(MONITORED_FIELDS)
 
-# What the match reads of each header record (the parser's summary): the fields it compares, of the IP addresses
-# the IPv4 address in their low 32 bits and of the VLAN tag the VID, and those it hands on.
-COMPARED_FIELDS = ("eth_dst", "eth_src", "vlan_valid", "vlan_tci", "ip_version", "ip_proto", "ip_src", "ip_dst",
-                   "roce", "udp_sport", "udp_dport", "bth_opcode", "bth_dest_qp")
-_NARROWED = {"vlan_tci": 12, "ip_src": 32, "ip_dst": 32}
-MatchedHeader = data.StructLayout({name: _NARROWED.get(name, bits) for name, bits in PARSED_HEADER_FIELDS
-                                   if name in COMPARED_FIELDS or name in MONITORED_FIELDS})
-assert len(MatchedHeader.members) == len(set(COMPARED_FIELDS) | set(MONITORED_FIELDS))
-
 
 def monitored(header):
-    """The ``MonitoredHeader`` value of a ``MatchedHeader`` (or ``ParsedHeader``) view."""
+    """The ``MonitoredHeader`` value of a ``ParsedHeader`` view."""
     return Cat(*[getattr(header, name) for name in MonitoredHeader.members])
 
 
@@ -97,14 +88,14 @@ COMPARED_REGISTERS = tuple(f"{side}_{name}" for side in ("requester", "responder
 
 
 class ConnectionMatch(wiring.Component):
-    """``ConnectionMatch(*, jobs, workers, ports, management=None, header_clocks=1)``. Ports: ``header`` (the
-    parser's summaries of its header records, ``MatchedHeader``) and ``port`` (the ingress port of each frame,
-    in the same order) in; ``o`` (``header``, a ``MonitoredHeader``, and ``match``) out; ``switch``, ``jobs``:
-    the configuration, and ``connection_write``, the register port's writes to the connection block
-    (``SwitchRegisters``). ``header_clocks``: the fewest clocks from one header to the next (a frame's fewest
-    beats). With 1 (512 bits) a header can follow a header in the next clock and the queue holds two (one a
-    clock through); else it holds one, and the connections are compared in ``steps`` clocks, ``lanes`` a clock
-    (the module's docstring)."""
+    """``ConnectionMatch(*, jobs, workers, ports, management=None, header_clocks=1)``. Ports: ``header``
+    (the parser's header records) and ``port`` (the ingress port of each frame, in the same order) in; ``o``
+    (``header``, a ``MonitoredHeader``, and ``match``) out; ``switch``, ``jobs``: the configuration, and
+    ``connection_write``, the register port's writes to the connection block (``SwitchRegisters``).
+    ``header_clocks``: the fewest clocks from one header to the next (a frame's fewest beats). With 1 (512
+    bits) a header can follow a header in the next clock and the queue holds two (one a clock through); else
+    it holds one, and the connections are compared in ``steps`` clocks, ``lanes`` a clock (the module's
+    docstring)."""
 
     def __init__(self, *, jobs, workers, ports, management=None, header_clocks=1):
         self.jobs_count, self.workers, self.ports = jobs, workers, ports
@@ -116,7 +107,7 @@ class ConnectionMatch(wiring.Component):
         self.Match = match_layout(self.connections_count, ports)
         self.Matched = data.StructLayout({"header": MonitoredHeader, "match": self.Match})
         super().__init__({
-            "header": In(stream.Signature(MatchedHeader)),
+            "header": In(stream.Signature(ParsedHeader)),
             "port": In(stream.Signature(max(1, ceil_log2(ports)))),
             "o": Out(stream.Signature(self.Matched)),
             "switch": In(SwitchAddress),

@@ -7,16 +7,14 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    from ports narrower than the core, each frame held whole by ``hw.gearbox.WholeFrames``) into the
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
    share one port's worth; docs "Open items"); ``hw.parser.RoceParser`` gives each frame's header record,
-   then its payload stream with the verdicts, and holds each record in its header FIFO until its frame is
-   decided; ``match.ConnectionMatch`` takes the parser's summary of each record (``match.MatchedHeader``),
-   matches each header to its connection and checks the binding, from configuration only, as headers
-   arrive, and hands on the fields the monitor decides on.
+   then its payload stream with the verdicts; ``records.HeaderRecords`` holds each record until its frame is
+   decided and hands it to ``match.ConnectionMatch``, which matches each header to its connection and checks
+   the binding, from configuration only, as headers arrive, and hands on the fields the monitor decides on.
 2. *monitor* (``monitor.StatusMonitor``): each frame's fate, one frame at a time, from its header, its
    match, the state and its payload: it owns every connection's, message's and packet slot's state, writes
    contributions into the banks and frames that go on into the packet ring, and queues descriptors, each
-   frame's fate (``records.HeaderRecords`` then hands the record at the head of the parser's header FIFO,
-   of a frame that goes on, to the emitter, and writes a contribution's into the header store) and sum
-   requests, in commit order.
+   frame's fate (``records.HeaderRecords`` then hands the record of a frame that goes on to the emitter and
+   writes a contribution's into the header store) and sum requests, in commit order.
 3. *sum* (``hw.slots.SlotMemory``): a full bitmap's sum request reads the banks through the adder tree
    into the result memory.
 4. *out*: ``emitter.Emitter`` turns the descriptors, in order, into frames (a frame that goes on from the
@@ -71,9 +69,9 @@ from ..stream import (
 from .emitter import OWN_BYTES, Emitter, StoredHeader
 from .forwarding import ForwardingTable
 from .management import ManagementAgent
-from .match import ConnectionMatch, MatchedHeader
+from .match import ConnectionMatch
 from .monitor import StatusMonitor
-from .records import RECORD_DEPTH, HeaderRecords
+from .records import HeaderRecords
 from .registers import SwitchRegisters
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
@@ -240,15 +238,15 @@ class NetReduceSwitch(wiring.Component):
                 wiring.connect(m, whole.o, arbiter.i[p])
                 m.d.comb += [whole.now.eq(now), arbiter.stamp[p].eq(whole.head_stamp),
                              arbiter.whole[p].eq(whole.head_whole)]
-        # every header record waits in the parser's header FIFO for its frame's fate (``records``); the match, and
-        # from it the monitor, see the fields they decide on, the parser's summary of the record
-        m.submodules.parser = parser = RoceParser(W, ipv6=self.ipv6, summary=MatchedHeader, header_depth=RECORD_DEPTH)
+        m.submodules.parser = parser = RoceParser(W, ipv6=self.ipv6)
         wiring.connect(m, arbiter.o, parser.i)
-        m.submodules.records = records = HeaderRecords(store_entries=S * N)
-        wiring.connect(m, parser.hdr, records.records)
+        # every header record waits in ``records`` for its frame's fate; the match, and from it the monitor, see
+        # the fields they decide on
+        m.submodules.records = records = HeaderRecords(store_entries=S * N, ipv6=self.ipv6)
+        wiring.connect(m, parser.hdr, records.i)
         m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management,
                                                      header_clocks=-(-ETH_MIN_FRAME // (W // 8)))
-        wiring.connect(m, parser.summary, match.header)
+        wiring.connect(m, records.o, match.header)
         wiring.connect(m, arbiter.frame_port, match.port)
         m.d.comb += [match.switch.eq(regs.switch), match.jobs.eq(regs.jobs),
                      match.connection_write.eq(regs.connection_write)]
