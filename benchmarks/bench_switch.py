@@ -1,7 +1,7 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
-        [--narrow-ports 1 2 4]
+        [--narrow-ports 1 2 4] [--wide-core 1 2]
         [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx [--xilinx-port-width 64]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
@@ -31,6 +31,9 @@
   all-reduce over P ports, the smallest frames on every port (P > 1), and back-to-back ACKs of the
   connections on every port at once, each on its responder's port (``acks``): the same figures, in the
   ports' beats.
+- 512-bit ports into a 1,024-bit core (``512b_ports_1024b_core``; ``--wide-core``, default none: P = 1, 2):
+  ``NetReduceSwitch(port_width=512, width=1024)``, every 512-bit port at line rate at once; the same
+  figures as for the 64-bit ports above, in the ports' beats.
 - ACKs on every port (``ports_acks``): for each P of ``ports`` above 1, back-to-back ACKs of the
   connections into every port at once, each on its responder's port (as ``acks`` above).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
@@ -240,6 +243,8 @@ def main(argv=None):
                         help="port counts of the multi-port runs (default 1 2 4 at 64 bits, 1 2 at 512; none: skip)")
     parser.add_argument("--narrow-ports", type=int, nargs="*", default=[1, 2, 4], choices=(1, 2, 3, 4),
                         help="port counts of the runs with 64-bit ports into the 512-bit core (none: skip)")
+    parser.add_argument("--wide-core", type=int, nargs="*", default=[], choices=(1, 2),
+                        help="port counts of the runs with 512-bit ports into a 1,024-bit core (default: none)")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     parser.add_argument("--xilinx", action="store_true",
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
@@ -261,6 +266,10 @@ def main(argv=None):
         report["64b_ports_512b_core"] = {count: measure_narrow_ports(64, 512, args.workers, args.bytes, count)
                                          for count in args.narrow_ports}
         print("64-bit ports into the 512-bit core: done", file=sys.stderr)
+    if args.wide_core:
+        report["512b_ports_1024b_core"] = {count: measure_narrow_ports(512, 1024, args.workers, args.bytes, count)
+                                           for count in args.wide_core}
+        print("512-bit ports into the 1,024-bit core: done", file=sys.stderr)
     if args.synth:
         from netreduce.synth import synth_ecp5
         # RoCE over IPv4 only, as ``netreduce build`` builds the switch for an ECP5 board (with IPv6 its

@@ -169,7 +169,7 @@ class EgressQueues(wiring.Component):
 
     Parameters (checked here, ``ValueError`` otherwise):
 
-    - ``width``: datapath bits (64, 128, 256, 512);
+    - ``width``: datapath bits (64, 128, 256, 512, 1024);
     - ``queues`` Q: priority queues, 1 to 16 (0 the highest);
     - ``depth_beats``: the buffer, in beats (default 64 KiB); a whole number of cells, at least two;
     - ``max_frame``: the longest frame in bytes (default 9216, the switch's); frames are stored whole before

@@ -430,7 +430,7 @@ def Stage4(width):
 class RoceParser(wiring.Component):
     """Parse RoCE v2 frames; see the module docstring and docs/ARCHITECTURE.md.
 
-    Parameters: ``width``, the datapath width in bits (64 .. 512); ``ipv6``: RoCE over IPv6 is parsed (without
+    Parameters: ``width``, the datapath width in bits (64 .. 1024); ``ipv6``: RoCE over IPv6 is parsed (without
     it, an IPv6 header gives its traffic class only: ``ip_version`` 6, ``ip_dscp``, ``ip_ecn``, and the frame
     is not RoCE; ``netreduce.sim.roce_model.parse_frame(frame, ipv6=False)``).
     Ports: ``i`` (frame stream in), ``hdr`` (header records out), ``o`` (payload stream out).

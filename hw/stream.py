@@ -14,7 +14,7 @@ __all__ = ["check_width", "FrameBeat", "PayloadBeat", "Verdict", "ParsedHeader",
            "payload_stream", "header_stream", "byte_lane", "PAYLOAD_VERDICT_FIELDS", "fifo_to_stream",
            "stream_to_fifo"]
 
-WIDTHS = (64, 128, 256, 512)
+WIDTHS = (64, 128, 256, 512, 1024)
 
 
 def check_width(width):

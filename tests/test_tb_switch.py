@@ -208,6 +208,17 @@ def test_four_64_bit_ports_into_the_512_bit_core_faults(tmp_path):
     replay(tmp_path, scenario, "fp32x512p64", idle=0.1, backpressure=0.2, seed=9)
 
 
+@pytest.mark.build_leader       # of the fp32x1024p512 build
+def test_two_512_bit_ports_into_the_1024_bit_core_faults(tmp_path):
+    """Hosts on two 512-bit ports of the 1,024-bit core: the model's frames and counters, frame for frame,
+    through faults."""
+    scenario = record(workers=4, jobs=2, ports=2, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
+                      seed=10, width=512)
+    assert scenario["status"] == "done"
+    assert {port for port, _ in scenario["inputs"]} == {0, 1}
+    replay(tmp_path, scenario, "fp32x1024p512", idle=0.1, backpressure=0.2, seed=10)
+
+
 def test_faults_512(tmp_path):
     scenario = record(workers=3, jobs=2, nbytes=8000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
                       start_psn=(1 << 24) - 10, seed=4, width=512)

@@ -908,10 +908,13 @@ class StatusMonitor(wiring.Component):
         own_bytes = Signal(8 * OWN_BYTES)
         forward_beats = Signal(range(frame_beats + 2))
         m.d.comb += [own_bytes.eq(window_now[:8 * OWN_BYTES]), forward_beats.eq(beat_index + 1)]
+        # (a contribution's header store entry, for its header and its own bytes: its slot's, or in LOSSY its
+        # message's first slot's)
+        store_entry = Signal.like(own_w.addr)
         m.d.comb += [
             fates.w_data.eq(fate), fate.fate.eq(Fate.DROP), fate.gap.eq(plan.forward_gap),
-            fate.entry.eq(slot * N + plan.worker),
-            own_w.addr.eq(slot * N + plan.worker), own_w.data.eq(own_bytes),
+            store_entry.eq(slot * N + plan.worker), fate.entry.eq(store_entry),
+            own_w.addr.eq(store_entry), own_w.data.eq(own_bytes),
             unsent_add_at.eq(plan.job * K + plan.k),
             new_request.slot.eq(slot), new_request.result_slot.eq(result_slot),
             new_request.beats.eq(packet_beats), new_request.mask.eq(workers_mask(plan.job)),
@@ -1414,8 +1417,8 @@ class StatusMonitor(wiring.Component):
                     first_slot = lossy_slot(plan.job, probe.k)
                     write_at(pk_len, first_slot, length)
                     write_at(pk_bitmap, first_slot, lossy_bitmap)
-                    m.d.comb += [own_w.en.eq(1), own_w.addr.eq(first_slot * N + plan.worker),
-                                 own_w.data.eq(window[:8 * OWN_BYTES]), fate.entry.eq(first_slot * N + plan.worker)]
+                    m.d.comb += [own_w.en.eq(1), store_entry.eq(first_slot * N + plan.worker),
+                                 own_w.data.eq(window[:8 * OWN_BYTES])]
                     with m.If(lossy_full):
                         m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
                         m.next = "COMPLETE"

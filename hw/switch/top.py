@@ -82,7 +82,7 @@ STAMP_BITS = 16     # the stamps of whole frames at ports narrower than the core
 class NetReduceSwitch(wiring.Component):
     """The switch, one port. Parameters (checked here):
 
-    - ``width``: datapath bits, 64 or 512;
+    - ``width``: datapath bits, 64, 512 or 1024 (the core behind two 512-bit ports, both at line rate at once);
     - ``workers`` N: the most workers of a job (1..16); ``jobs`` J: jobs at once (1..16);
     - ``dtype``: the element format of every job (fp32, bf16, fp16); ``ftz``: flush subnormals;
     - ``mtu``: the largest payload of a packet in bytes; ``message_packets`` M; ``message_slots`` K, a
@@ -123,8 +123,8 @@ class NetReduceSwitch(wiring.Component):
                  egress_buffer=16384, egress_weighted=False, management=None, ethernet=False, port_width=None,
                  ipv6=True, bounded_loss=True):
         check_width(width)
-        if width not in (64, 512):
-            raise ValueError(f"the switch is built for 64 or 512 bits, not {width}")
+        if width not in (64, 512, 1024):
+            raise ValueError(f"the switch is built for 64, 512 or 1024 bits, not {width}")
         self.port_width = width if port_width is None else port_width
         self.port_ratio = check_port_width(self.port_width, width)
         for name, value, low, high in (("workers", workers, 1, 16), ("jobs", jobs, 1, 16),

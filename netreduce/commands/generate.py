@@ -18,7 +18,8 @@ DEFAULT_MANAGEMENT = {"switch_mac": "02:4e:52:00:00:fe", "switch_ip": "10.0.255.
 def register(subparsers):
     parser = subparsers.add_parser("generate", help="write the Verilog of the switch and a port manifest",
                                    description=__doc__)
-    parser.add_argument("--width", type=int, choices=(64, 512), default=64, help="datapath width in bits")
+    parser.add_argument("--width", type=int, choices=(64, 512, 1024), default=64,
+                        help="datapath width in bits (1024: a core for 512-bit ports, --port-width 512)")
     parser.add_argument("--port-width", type=int, choices=(64, 128, 256, 512), default=None,
                         help="the ports' bits, at most --width (default: --width); narrower ports go into the "
                              "core through whole-frame buffers, so that every port can run at line rate at once")
