@@ -32,8 +32,9 @@
   connections on every port at once, each on its responder's port (``acks``): the same figures, in the
   ports' beats.
 - 512-bit ports into a 1,024-bit core (``512b_ports_1024b_core``; ``--wide-core``, default none: P = 1, 2):
-  ``NetReduceSwitch(port_width=512, width=1024)``, every 512-bit port at line rate at once; the same
-  figures as for the 64-bit ports above, in the ports' beats.
+  ``NetReduceSwitch(port_width=512, width=1024)`` (frames of two port beats or more at line rate on every port
+  at once, frames of one at one a clock in all); the same figures as for the 64-bit ports above, in the
+  ports' beats.
 - ACKs on every port (``ports_acks``): for each P of ``ports`` above 1, back-to-back ACKs of the
   connections into every port at once, each on its responder's port (as ``acks`` above).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first

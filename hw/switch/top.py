@@ -82,7 +82,8 @@ STAMP_BITS = 16     # the stamps of whole frames at ports narrower than the core
 class NetReduceSwitch(wiring.Component):
     """The switch, one port. Parameters (checked here):
 
-    - ``width``: datapath bits, 64, 512 or 1024 (the core behind two 512-bit ports, both at line rate at once);
+    - ``width``: datapath bits, 64, 512 or 1024 (a core behind two 512-bit ports: frames of two port beats or
+      more at line rate on both at once, frames of one at one a clock in all);
     - ``workers`` N: the most workers of a job (1..16); ``jobs`` J: jobs at once (1..16);
     - ``dtype``: the element format of every job (fp32, bf16, fp16); ``ftz``: flush subnormals;
     - ``mtu``: the largest payload of a packet in bytes; ``message_packets`` M; ``message_slots`` K, a
