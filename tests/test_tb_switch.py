@@ -2,7 +2,7 @@
 both sides of the switch), replayed into the generated Verilog of NetReduceSwitch, and compared frame for
 frame, byte for byte and counter for counter.
 
-Five builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
+Six builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
 the one-port scenarios (everything on port 0), and the closed loop on two ports, where both ports carry
 traffic at once.
 """
@@ -26,7 +26,7 @@ from netreduce.host.protocol import AggHeader
 from netreduce.registers import address, counter_address, register_writes
 from netreduce.sim.fp import tree_sum
 from netreduce.tb import scenarios
-from netreduce.tb.scenarios import record, record_in_band, switch_of
+from netreduce.tb.scenarios import SWITCH_BUILDS, record, record_in_band, switch_of
 from netreduce.wire import RC_WRITE_OPCODES
 
 from references import Fabric, elements
@@ -197,26 +197,18 @@ def test_two_ports_faults_64(tmp_path):
     replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=8)
 
 
-@pytest.mark.build_leader       # of the fp32x512p64 build
-def test_four_64_bit_ports_into_the_512_bit_core_faults(tmp_path):
-    """Hosts on four 64-bit ports of the 512-bit core (``hw.gearbox``: each port's frames widened and held
-    whole, taken oldest first): the model's frames and counters, frame for frame, through faults."""
-    scenario = record(workers=4, jobs=2, ports=4, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
-                      seed=9)
+@pytest.mark.build_leader       # of the fp32x512p64 and fp32x1024p512 builds
+@pytest.mark.parametrize("build, seed", [("fp32x512p64", 9), ("fp32x1024p512", 10)])
+def test_ports_narrower_than_the_core_faults(tmp_path, build, seed):
+    """Hosts on every port of a core wider than its ports (``hw.gearbox``: each port's frames widened and held
+    whole, taken oldest first): four 64-bit ports into the 512-bit core, two 512-bit ports into the 1,024-bit
+    core. The model's frames and counters, frame for frame, through faults."""
+    ports, port_width = SWITCH_BUILDS[build]["ports"], SWITCH_BUILDS[build]["port_width"]
+    scenario = record(workers=4, jobs=2, ports=ports, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
+                      seed=seed, width=port_width)
     assert scenario["status"] == "done"
-    assert {port for port, _ in scenario["inputs"]} == {0, 1, 2, 3}
-    replay(tmp_path, scenario, "fp32x512p64", idle=0.1, backpressure=0.2, seed=9)
-
-
-@pytest.mark.build_leader       # of the fp32x1024p512 build
-def test_two_512_bit_ports_into_the_1024_bit_core_faults(tmp_path):
-    """Hosts on two 512-bit ports of the 1,024-bit core: the model's frames and counters, frame for frame,
-    through faults."""
-    scenario = record(workers=4, jobs=2, ports=2, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
-                      seed=10, width=512)
-    assert scenario["status"] == "done"
-    assert {port for port, _ in scenario["inputs"]} == {0, 1}
-    replay(tmp_path, scenario, "fp32x1024p512", idle=0.1, backpressure=0.2, seed=10)
+    assert {port for port, _ in scenario["inputs"]} == set(range(ports))
+    replay(tmp_path, scenario, build, idle=0.1, backpressure=0.2, seed=seed)
 
 
 def test_faults_512(tmp_path):
