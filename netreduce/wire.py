@@ -20,7 +20,7 @@ __all__ = [
     "pack_header", "unpack_header",
     "Transport", "OpcodeInfo", "OPCODES", "opcode_info", "EXTENSION_ORDER", "MAX_HEADER_BYTES",
     "PARSED_HEADER_FIELDS", "PAYLOAD_VERDICT_FIELDS",
-    "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES",
+    "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES", "SWITCH_WIDTHS",
     "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType",
     "MANAGEMENT_PACKET", "MANAGEMENT_MAGIC", "MANAGEMENT_VERSION", "MANAGEMENT_PORT", "ManagementOp",
     "MANAGEMENT_REPLY", "ManagementAddress",
@@ -240,6 +240,7 @@ AGG_MAGIC = 0x4E52          # "NR"
 AGG_VERSION = 1
 AGG_HEADER_BYTES = header_bytes(AGG_HEADER)
 DTYPE_CODES = {"fp32": 0, "bf16": 1, "fp16": 2}     # the ``dtype`` field, by netreduce.sim.fp format name
+SWITCH_WIDTHS = (64, 512, 1024)     # the datapath bits the switch is built for (``hw.switch.NetReduceSwitch``)
 
 # Control packets between the switch and the hosts' libraries: the UDP payload.
 CONTROL_PACKET = [

@@ -47,7 +47,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...egress import MAX_DEPTH_BEATS
 from ...registers import COUNTERS
-from ...wire import DTYPE_CODES, ETH_MIN_FRAME, ICRC_BYTES, MAX_HEADER_BYTES, ManagementAddress
+from ...wire import DTYPE_CODES, ETH_MIN_FRAME, ICRC_BYTES, MAX_HEADER_BYTES, SWITCH_WIDTHS, ManagementAddress
 from ..csr import csr_signature
 from ..deparser import RoceDeparser
 from ..egress import ClassJoin, EgressBeat, EgressQueues, FrameClass, check_geometry
@@ -124,8 +124,8 @@ class NetReduceSwitch(wiring.Component):
                  egress_buffer=16384, egress_weighted=False, management=None, ethernet=False, port_width=None,
                  ipv6=True, bounded_loss=True):
         check_width(width)
-        if width not in (64, 512, 1024):
-            raise ValueError(f"the switch is built for 64, 512 or 1024 bits, not {width}")
+        if width not in SWITCH_WIDTHS:
+            raise ValueError(f"the switch is built for {', '.join(map(str, SWITCH_WIDTHS))} bits, not {width}")
         self.port_width = width if port_width is None else port_width
         self.port_ratio = check_port_width(self.port_width, width)
         for name, value, low, high in (("workers", workers, 1, 16), ("jobs", jobs, 1, 16),

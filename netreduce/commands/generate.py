@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..cli import UserError
-from ..wire import MANAGEMENT_PORT
+from ..wire import DTYPE_CODES, MANAGEMENT_PORT, SWITCH_WIDTHS
 
 __all__ = ["register", "run", "port_manifest", "add_switch_arguments", "switch_arguments"]
 
@@ -18,7 +18,7 @@ DEFAULT_MANAGEMENT = {"switch_mac": "02:4e:52:00:00:fe", "switch_ip": "10.0.255.
 def register(subparsers):
     parser = subparsers.add_parser("generate", help="write the Verilog of the switch and a port manifest",
                                    description=__doc__)
-    parser.add_argument("--width", type=int, choices=(64, 512, 1024), default=64,
+    parser.add_argument("--width", type=int, choices=SWITCH_WIDTHS, default=64,
                         help="datapath width in bits (1024: a core for 512-bit ports, --port-width 512)")
     parser.add_argument("--port-width", type=int, choices=(64, 128, 256, 512), default=None,
                         help="the ports' bits, at most --width (default: --width); narrower ports go into the "
@@ -33,7 +33,7 @@ def add_switch_arguments(parser, *, ports=True):
     parser.add_argument("--workers", type=int, default=8, metavar="N",
                         help="most workers of a job (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, metavar="J", help="jobs at once (default %(default)s)")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="element format")
+    parser.add_argument("--dtype", choices=tuple(DTYPE_CODES), default="fp32", help="element format")
     parser.add_argument("--ftz", action="store_true", help="flush subnormals to zero (saves area)")
     parser.add_argument("--mtu", type=int, default=4096, help="largest payload per packet, bytes (default %(default)s)")
     parser.add_argument("--message-packets", type=int, default=4, metavar="M",

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from ..cli import UserError
+from ..wire import DTYPE_CODES
 
 __all__ = ["register", "run", "load_inputs"]
 
@@ -55,7 +56,7 @@ def register(subparsers):
                         help="gradient bytes per worker (required unless --input is given)")
     parser.add_argument("--mtu", type=int, choices=(256, 512, 1024, 2048, 4096), default=1024,
                         help="RoCE path MTU in bytes (default 1024)")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--dtype", choices=tuple(DTYPE_CODES), default="fp32")
     parser.add_argument("--loss", type=_probability, default=0.0, metavar="P",
                         help="loss probability per frame, on both sides of the switch")
     parser.add_argument("--dup", type=_probability, default=0.0, metavar="P", help="duplication probability")
