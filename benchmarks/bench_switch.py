@@ -1,7 +1,7 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
-        [--narrow-ports 1 2 4] [--wide-core 1 2]
+        [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2]
         [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx [--xilinx-port-width 64]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
@@ -30,7 +30,9 @@
   ports into the 512-bit core (``NetReduceSwitch(port_width=64, width=512)``, ``hw.gearbox``), the
   all-reduce over P ports, the smallest frames on every port (P > 1), and back-to-back ACKs of the
   connections on every port at once, each on its responder's port (``acks``): the same figures, in the
-  ports' beats.
+  ports' beats. ``--narrow-core 256``: the same into the 256-bit core (``64b_ports_256b_core``; P <= 2 there,
+  where the core is at least twice the ports' bits together); without ``--narrow-core`` the 512-bit core, and
+  no run at all if ``--width`` names none.
 - 512-bit ports into a 1,024-bit core (``512b_ports_1024b_core``; ``--wide-core``, default none: P = 1, 2):
   ``NetReduceSwitch(port_width=512, width=1024)`` (frames of two port beats or more at line rate on every port
   at once, frames of one at one a clock in all); the same figures as for the 64-bit ports above, in the
@@ -244,6 +246,8 @@ def main(argv=None):
                         help="port counts of the multi-port runs (default 1 2 4 at 64 bits, 1 2 at 512; none: skip)")
     parser.add_argument("--narrow-ports", type=int, nargs="*", default=[1, 2, 4], choices=(1, 2, 3, 4),
                         help="port counts of the runs with 64-bit ports into the 512-bit core (none: skip)")
+    parser.add_argument("--narrow-core", type=int, nargs="+", choices=(256, 512),
+                        help="the cores of the --narrow-ports runs (default 512, if --width names a width)")
     parser.add_argument("--wide-core", type=int, nargs="*", default=[], choices=(1, 2),
                         help="port counts of the runs with 512-bit ports into a 1,024-bit core (default: none)")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
@@ -263,10 +267,11 @@ def main(argv=None):
         ports = args.ports if args.ports is not None else PORT_COUNTS[width]
         report[f"{width}b"] = measure(width, args.workers, args.bytes, ports)
         print(f"{width}b: done", file=sys.stderr)
-    if args.width and args.narrow_ports:
-        report["64b_ports_512b_core"] = {count: measure_narrow_ports(64, 512, args.workers, args.bytes, count)
-                                         for count in args.narrow_ports}
-        print("64-bit ports into the 512-bit core: done", file=sys.stderr)
+    cores = (args.narrow_core or ([512] if args.width else [])) if args.narrow_ports else []
+    for core in cores:
+        report[f"64b_ports_{core}b_core"] = {count: measure_narrow_ports(64, core, args.workers, args.bytes, count)
+                                             for count in args.narrow_ports}
+        print(f"64-bit ports into the {core}-bit core: done", file=sys.stderr)
     if args.wide_core:
         report["512b_ports_1024b_core"] = {count: measure_narrow_ports(512, 1024, args.workers, args.bytes, count)
                                            for count in args.wide_core}

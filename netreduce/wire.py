@@ -240,7 +240,7 @@ AGG_MAGIC = 0x4E52          # "NR"
 AGG_VERSION = 1
 AGG_HEADER_BYTES = header_bytes(AGG_HEADER)
 DTYPE_CODES = {"fp32": 0, "bf16": 1, "fp16": 2}     # the ``dtype`` field, by netreduce.sim.fp format name
-SWITCH_WIDTHS = (64, 512, 1024)     # the datapath bits the switch is built for (``hw.switch.NetReduceSwitch``)
+SWITCH_WIDTHS = (64, 256, 512, 1024)     # the datapath bits the switch is built for (``hw.switch.NetReduceSwitch``)
 
 # Control packets between the switch and the hosts' libraries: the UDP payload.
 CONTROL_PACKET = [

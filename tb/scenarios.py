@@ -20,10 +20,10 @@ __all__ = ["SWITCH_BUILDS", "MANAGEMENT", "record", "record_in_band", "switch_of
 MANAGEMENT = management_address(switch_mac="02:4e:52:00:00:fe", switch_ip="10.0.255.254",
                                 manager_mac="02:00:00:00:99:01", manager_ip="10.0.99.1", manager_port=5000)
 
-# binary32 at 64 bits (8 workers, 2 jobs, 2 ports) and at 512 bits (4 workers, 2 jobs, 1 port), bfloat16 and
-# binary16 at 64 bits (1 port), binary32 with four 64-bit ports into the 512-bit core and with two 512-bit ports
-# into the 1,024-bit core; every build has room for a 4096-byte MTU (each job's MTU is a control register),
-# 4-packet messages and a window of 4 messages
+# binary32 at 64 bits (8 workers, 2 jobs, 2 ports) and at 512 bits (4 workers, 2 jobs, 1 port), bfloat16 and binary16
+# at 64 bits (1 port), binary32 with four 64-bit ports into the 512-bit core, with two into the 256-bit core and with
+# two 512-bit ports into the 1,024-bit core; every build has room for a 4096-byte MTU (each job's MTU is a control
+# register), 4-packet messages and a window of 4 messages
 SWITCH_BUILDS = {
     "fp32x64": dict(width=64, workers=8, jobs=2, dtype="fp32", ports=2,
                     management=dataclasses.replace(MANAGEMENT, manager_ingress=1)),
@@ -32,6 +32,8 @@ SWITCH_BUILDS = {
     "bf16x64": dict(width=64, workers=4, jobs=1, dtype="bf16"),
     # 64-bit ports into the 512-bit core (hw.gearbox), every port at line rate at once
     "fp32x512p64": dict(width=512, port_width=64, workers=4, jobs=2, dtype="fp32", ports=4),
+    # two 64-bit ports into the 256-bit core: the same at the size of a mid-range FPGA
+    "fp32x256p64": dict(width=256, port_width=64, workers=4, jobs=2, dtype="fp32", ports=2),
     # two 512-bit ports into the 1,024-bit core (frames of two port beats or more at line rate on both at once)
     "fp32x1024p512": dict(width=1024, port_width=512, workers=4, jobs=2, dtype="fp32", ports=2),
     "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16", ipv6=False),   # (without IPv6 RoCE)

@@ -100,6 +100,7 @@ def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_li
     ["parse-pcap", "x.pcap", "--sim", "modelsim"],
     ["generate"],
     ["generate", "--width", "32", "--out", "x"],
+    ["generate", "--width", "128", "--out", "x"],                      # a datapath width the switch is not built for
     ["generate", "--out", "x", "--message-slots", "3"],
     ["generate", "--out", "x", "--egress-buffer", "4096"],             # smaller than --max-frame
     ["generate", "--out", "x", "--egress-queues", "17"],

@@ -197,12 +197,12 @@ def test_two_ports_faults_64(tmp_path):
     replay(tmp_path, scenario, "fp32x64", idle=0.1, backpressure=0.2, seed=8)
 
 
-@pytest.mark.build_leader       # of the fp32x512p64 and fp32x1024p512 builds
-@pytest.mark.parametrize("build, seed", [("fp32x512p64", 9), ("fp32x1024p512", 10)])
+@pytest.mark.build_leader       # of the fp32x512p64, fp32x256p64 and fp32x1024p512 builds
+@pytest.mark.parametrize("build, seed", [("fp32x512p64", 9), ("fp32x256p64", 11), ("fp32x1024p512", 10)])
 def test_ports_narrower_than_the_core_faults(tmp_path, build, seed):
     """Hosts on every port of a core wider than its ports (``hw.gearbox``: each port's frames widened and held
-    whole, taken oldest first): four 64-bit ports into the 512-bit core, two 512-bit ports into the 1,024-bit
-    core. The model's frames and counters, frame for frame, through faults."""
+    whole, taken oldest first): four 64-bit ports into the 512-bit core, two into the 256-bit core, two 512-bit
+    ports into the 1,024-bit core. The model's frames and counters, frame for frame, through faults."""
     ports, port_width = SWITCH_BUILDS[build]["ports"], SWITCH_BUILDS[build]["port_width"]
     scenario = record(workers=4, jobs=2, ports=ports, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
                       seed=seed, width=port_width)

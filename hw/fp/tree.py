@@ -43,8 +43,8 @@ class AdderTree(wiring.Component):
     Parameters
     ----------
     fmt : element format, ``"fp32"``, ``"bf16"`` or ``"fp16"``
-    width : bits of one input (and of the output), a multiple of the element width (64, 512 or 1024 for the
-        datapath; smaller widths are allowed for tests)
+    width : bits of one input (and of the output), a multiple of the element width (the switch's datapath widths,
+        ``netreduce.wire.SWITCH_WIDTHS``; smaller widths are allowed for tests)
     n_inputs : N, 1 to :data:`MAX_INPUTS`
     adder_stages : register levels of each binary32 adder (see ``ADDER_BOUNDARIES``)
     root_stages : register levels of the root (NaN canonicalization, rounding to a 16-bit format), 0..2

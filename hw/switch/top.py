@@ -82,8 +82,9 @@ STAMP_BITS = 16     # the stamps of whole frames at ports narrower than the core
 class NetReduceSwitch(wiring.Component):
     """The switch, one port. Parameters (checked here):
 
-    - ``width``: datapath bits, 64, 512 or 1024 (a core behind two 512-bit ports: frames of two port beats or
-      more at line rate on both at once, frames of one at one a clock in all);
+    - ``width``: datapath bits, 64, 256, 512 or 1024 (``netreduce.wire.SWITCH_WIDTHS``; 256: a core behind
+      two 64-bit ports, 1024: behind two 512-bit ports, where frames of two port beats or more go at line rate
+      on both at once, frames of one at one a clock in all);
     - ``workers`` N: the most workers of a job (1..16); ``jobs`` J: jobs at once (1..16);
     - ``dtype``: the element format of every job (fp32, bf16, fp16); ``ftz``: flush subnormals;
     - ``mtu``: the largest payload of a packet in bytes; ``message_packets`` M; ``message_slots`` K, a
