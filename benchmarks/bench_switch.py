@@ -2,7 +2,8 @@
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
         [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2]
-        [--synth [--no-route] [--placer heap|static] [--router router1|router2]] [--xilinx [--xilinx-port-width 64]]
+        [--synth [--synth-core 256] [--no-route] [--placer heap|static] [--router router1|router2]]
+        [--xilinx [--xilinx-port-width 64]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
   16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
@@ -55,7 +56,9 @@
   ``--no-route`` nextpnr stops after placement and the Fmax is its estimate (routing this build with
   the WebAssembly nextpnr took over an hour without finishing). ``deepest`` lists the ten deepest
   register inputs in logic levels (``netreduce.synth.logic_depths``: a LUT4 is one level), the paths
-  to shorten next. ``--width`` with no width runs the synthesis alone.
+  to shorten next. ``--width`` with no width runs the synthesis alone. ``--synth-core 256``: the same two
+  64-bit ports into the 256-bit core (``ecp5_switch_64b_2p_4w_256b_core``), where both are at line rate at
+  once.
 - With ``--xilinx``: Yosys ``synth_xilinx -family xcup`` cell counts of the 512-bit switch with 4 ports and
   8 workers (1 job, the same 8-message window) against the Alveo U280's XCU280, and its ten deepest
   register inputs in logic levels (a LUT6 is one level). An estimate: no place and route, no timing.
@@ -251,6 +254,8 @@ def main(argv=None):
     parser.add_argument("--wide-core", type=int, nargs="*", default=[], choices=(1, 2),
                         help="port counts of the runs with 512-bit ports into a 1,024-bit core (default: none)")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
+    parser.add_argument("--synth-core", type=int, choices=(64, 256), default=64,
+                        help="with --synth: the core behind the two 64-bit ports (256: both at line rate at once)")
     parser.add_argument("--xilinx", action="store_true",
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
     parser.add_argument("--xilinx-port-width", type=int, choices=(64, 512), default=512,
@@ -280,12 +285,15 @@ def main(argv=None):
         from netreduce.synth import synth_ecp5
         # RoCE over IPv4 only, as ``netreduce build`` builds the switch for an ECP5 board (with IPv6 its
         # 968-bit header records take 209 DP16KD of the device's 208)
-        switch = NetReduceSwitch(width=64, ports=2, workers=4, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048, ipv6=False)
-        result = synth_ecp5(switch, "netreduce_switch_64b_2p_4w", freq_mhz=156.25, route=not args.no_route,
-                            placer=args.placer, router=args.router)
+        core = args.synth_core
+        switch = NetReduceSwitch(width=core, port_width=64, ports=2, workers=4, jobs=1, mtu=MTU,
+                                 message_packets=MESSAGE_PACKETS, message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048,
+                                 ipv6=False)
+        name = "netreduce_switch_64b_2p_4w" + ("" if core == 64 else f"_{core}b_core")
+        result = synth_ecp5(switch, name, freq_mhz=156.25, route=not args.no_route, placer=args.placer,
+                            router=args.router)
         result.pop("work_dir", None)
-        report["ecp5_switch_64b_2p_4w"] = result
+        report[name.replace("netreduce_switch", "ecp5_switch")] = result
     if args.xilinx:
         from netreduce.synth import synth_xilinx_estimate
         port_width = args.xilinx_port_width
