@@ -19,7 +19,8 @@ def register(subparsers):
     parser = subparsers.add_parser("generate", help="write the Verilog of the switch and a port manifest",
                                    description=__doc__)
     parser.add_argument("--width", type=int, choices=SWITCH_WIDTHS, default=64,
-                        help="datapath width in bits (1024: a core for 512-bit ports, --port-width 512)")
+                        help="datapath width in bits (256: a core for two 64-bit ports, --port-width 64; 1024: for "
+                             "512-bit ports, --port-width 512)")
     parser.add_argument("--port-width", type=int, choices=(64, 128, 256, 512), default=None,
                         help="the ports' bits, at most --width (default: --width); narrower ports go into the "
                              "core through whole-frame buffers, so that every port can run at line rate at once")
