@@ -58,7 +58,7 @@
   register inputs in logic levels (``netreduce.synth.logic_depths``: a LUT4 is one level), the paths
   to shorten next. ``--width`` with no width runs the synthesis alone. ``--synth-core 256``: the same two
   64-bit ports into the 256-bit core (``ecp5_switch_64b_2p_4w_256b_core``), where both are at line rate at
-  once.
+  once; it does not fit the device (214 DP16KD, docs/ARCHITECTURE.md, "Ports narrower than the core").
 - With ``--xilinx``: Yosys ``synth_xilinx -family xcup`` cell counts of the 512-bit switch with 4 ports and
   8 workers (1 job, the same 8-message window) against the Alveo U280's XCU280, and its ten deepest
   register inputs in logic levels (a LUT6 is one level). An estimate: no place and route, no timing.
