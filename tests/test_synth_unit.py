@@ -155,6 +155,65 @@ def test_a_design_that_fits_goes_on_with_the_options_given_to_nextpnr(tmp_path, 
     assert "--placer-heap-beta 0.5" in placed and "--pack-only" not in placed and (out / "packed").exists()
 
 
+# router2's overused wires, iteration by iteration, in two builds of the ButterStick's default switch (seed 1
+# at 03a01c8, which never routed; seed 2 at a0df569, which routed at its 110th iteration)
+DIVERGED = [44036, 25725, 15217, 9156, 5828, 4362, 3618, 2850, 2344, 1910, 1633, 1381, 1192, 1026, 891, 792, 788,
+            740, 726, 675, 658, 622, 646, 597, 617, 646, 637, 667, 716, 753, 779, 798, 876, 881, 912, 950, 992]
+CONVERGED = [44580, 25053, 13790, 7957, 4694, 3008, 2058, 1444, 1103, 861, 712, 577, 469, 377, 300, 258, 221, 197,
+             162, 139, 109, 120, 104, 85, 68, 65, 50, 46, 43, 38, 32, 26, 26, 21, 21, 18, 19, 18, 19, 21, 23, 19,
+             18, 16, 20, 14, 20, 19, 19, 12, 11, 8, 7, 4, 5, 6, 4, 3, 3, 3, 3, 4, 3, 3, 3, 5, 5, 4, 7, 4, 7, 5,
+             5, 5, 5, 4, 3, 3, 4, 3, 3, 3, 2, 2, 2, 2, 2, 2, 4, 2, 4, 2, 2, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+             1, 1, 1, 0]
+
+
+def router_log(overused):
+    """nextpnr's log lines of router2's iterations with these overused wires (among lines of other kinds)."""
+    lines = ["Info: Routing globals...", "Info:   at iteration #12, type ALL: wirelen solved = 62063"]
+    lines += [f"Info:     iter={i} wires={600000 + i} overused={count} overuse={count + 9} archfail=NA"
+              for i, count in enumerate(overused, start=1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_router_that_diverges_is_told_from_one_that_converges():
+    """``router_diverges``: the run that never routed is given up at the first iteration 10 or more after its
+    lowest count (597, the 24th) where the count is 1.5 times that (912, the 35th), and not before; the run
+    that routed never is, neither are counts below 100 at their lowest however they wander, nor a log with no
+    router iteration."""
+    from netreduce.commands.build import router_diverges
+    verdicts = [router_diverges(router_log(DIVERGED[:n])) for n in range(1, len(DIVERGED) + 1)]
+    assert verdicts.index(next(v for v in verdicts if v)) == 34
+    assert verdicts[34] == "router2 does not converge: its overused wires fell to 597 at iteration 24 and rose to " \
+                           "912 by iteration 35"
+    assert not any(router_diverges(router_log(CONVERGED[:n])) for n in range(1, len(CONVERGED) + 1))
+    assert router_diverges(router_log([500, 99] + [98] * 10 + [400] * 20)) is None
+    assert router_diverges(router_log([500, 100] + [101] * 9 + [150])) is not None
+    assert router_diverges("Info: Running placer...\n") is None
+
+
+def test_a_build_whose_router_diverges_stops_and_says_why(tmp_path, monkeypatch):
+    """``netreduce build`` stops a place and route whose router2 diverges, with the counts, instead of
+    letting it run for hours; with ``--keep-routing`` the same run is waited for."""
+    from netreduce.cli import UserError, build_parser
+    build = stand_in_tools(tmp_path, monkeypatch, 40000)
+    monkeypatch.setattr(build, "PROGRESS_SECONDS", 0.2)
+    nextpnr = tmp_path / "tools" / "nextpnr"
+    diverging = router_log(DIVERGED).replace("\n", "\\n")
+    nextpnr.write_text(nextpnr.read_text().replace(
+        "*) echo", "*) log=; prev=; for a in \"$@\"; do [ \"$prev\" = --log ] && log=$a; prev=$a; done\n"
+        f"  printf '{diverging}' > \"$log\"; sleep 3; echo"))
+    for keep, outcome in ((False, "stopped"), (True, "routed")):
+        out = tmp_path / f"out_{keep}"
+        args = build_parser().parse_args(["build", "--board", "versa-ecp5", "--loopback", "--out", str(out)]
+                                         + ["--keep-routing"] * keep)
+        if outcome == "stopped":
+            with pytest.raises(UserError, match="place and route \\(nextpnr\\) stopped: router2 does not "
+                                                "converge: its overused wires fell to 597 at iteration 24"):
+                build.run(args)
+            assert not (out / "placed").exists() and not (out / "packed").exists()
+        else:
+            assert build.run(args) == 0 and (out / "placed").exists()
+
+
 def test_a_long_step_says_where_it_is_and_a_failing_one_what_it_printed(tmp_path):
     """A tool that runs for a while is shown with the last line of its log (here every 0.5 s, the output
     not being a terminal), then its time; a tool that fails raises with the lines it printed."""

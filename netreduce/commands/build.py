@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from ..cli import UserError
 from .generate import add_switch_arguments, switch_arguments
 
 __all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaults", "summarize_report",
-           "overfull"]
+           "overfull", "router_diverges", "GaveUp"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
 # LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``)
@@ -77,6 +78,11 @@ def register(subparsers):
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr's router (default router2: router1, nextpnr's own default for the ECP5, "
                              "rips up the switch's arcs as fast as it routes them)")
+    parser.add_argument("--keep-routing", action="store_true",
+                        help=f"let router2 go on when its overused wires keep rising (default: the build stops once "
+                             f"they are {DIVERGED_RATIO} times their lowest, if that was {DIVERGED_FLOOR} or more, "
+                             f"{DIVERGED_ITERATIONS} iterations or more after it: such a run has never routed, and "
+                             f"would go on for hours)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
@@ -113,18 +119,61 @@ def summarize_report(report):
 
 PROGRESS_SECONDS = 60      # how often a long step says where it is when the output is not a terminal
 
+# router2 logs each iteration's overused wires. On a congested design they fall to a lowest count and then
+# rise for good (docs/ARCHITECTURE.md, "Boards": every run that did so never routed), so the build stops once
+# the count is DIVERGED_RATIO times its lowest, DIVERGED_ITERATIONS iterations or more after it. Below
+# DIVERGED_FLOOR wires at its lowest the router is left to finish: near the end the counts wander (4, 2, 4)
+# on their way to 0.
+ROUTER_ITERATION = re.compile(r"\biter=(\d+)\s+wires=\d+\s+overused=(\d+)")
+DIVERGED_FLOOR, DIVERGED_ITERATIONS, DIVERGED_RATIO = 100, 10, 1.5
 
-def run_step(title, command, cwd, env, log=None, *, every=PROGRESS_SECONDS, stream=None):
+
+class GaveUp(Exception):
+    """A step stopped by its ``give_up`` check (``run_step``); the message says why."""
+
+
+def router_diverges(log_text):
+    """Why router2 will not route, from its log so far (``iter=N wires=W overused=K`` lines), or None: its
+    overused wires at their lowest were ``DIVERGED_FLOOR`` or more and, ``DIVERGED_ITERATIONS`` iterations or
+    more later, are ``DIVERGED_RATIO`` times that or more."""
+    best = last = None
+    for match in ROUTER_ITERATION.finditer(log_text):
+        iteration, overused = int(match[1]), int(match[2])
+        if best is None or overused < best[1]:
+            best = (iteration, overused)
+        last = (iteration, overused)
+    if best is None or best[1] < DIVERGED_FLOOR:
+        return None
+    if last[0] - best[0] >= DIVERGED_ITERATIONS and last[1] >= DIVERGED_RATIO * best[1]:
+        return (f"router2 does not converge: its overused wires fell to {best[1]:,} at iteration {best[0]} and "
+                f"rose to {last[1]:,} by iteration {last[0]}")
+    return None
+
+
+def router_log_diverges(log):
+    """:func:`router_diverges` of the log file ``log`` (None while it cannot be read)."""
+    try:
+        return router_diverges(Path(log).read_text(errors="replace"))
+    except OSError:
+        return None
+
+
+def run_step(title, command, cwd, env, log=None, *, every=PROGRESS_SECONDS, stream=None, give_up=None):
     """Run one tool of the flow (a shell command in ``cwd``) and return its time in seconds. While it runs,
     say how long it has run and the last line of its log (``log``: Yosys's or nextpnr's, where the placer's
     and the router's iterations go): rewritten in place on a terminal, else a line every ``every`` seconds.
-    A tool that fails raises ``subprocess.CalledProcessError`` with the last 15 lines it printed."""
+    A tool that fails raises ``subprocess.CalledProcessError`` with the last 15 lines it printed. ``give_up``
+    (``log`` -> a reason or None) is asked every ``every`` seconds: with a reason the tool is stopped and
+    :class:`GaveUp` raised with it."""
     stream = stream or sys.stdout
     terminal = stream.isatty()
     print(f"{title} ...", end="" if terminal else "\n", file=stream, flush=True)
-    begun = said = time.monotonic()
+    begun = said = asked = time.monotonic()
+    reason = None
     with open(Path(cwd) / "step.out", "w+") as output:
-        process = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT)
+        # (a session of its own: the shell and the tool it starts are stopped together)
+        process = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
         while True:
             try:
                 process.wait(timeout=min(1.0, every / 2))
@@ -137,8 +186,18 @@ def run_step(title, command, cwd, env, log=None, *, every=PROGRESS_SECONDS, stre
                 elif now - said >= every:
                     print(f"  {now - begun:.0f} s: {where[:100]}", file=stream, flush=True)
                     said = now
+                if give_up is not None and now - asked >= every:
+                    asked = now
+                    reason = give_up(log)
+                    if reason:
+                        os.killpg(process.pid, signal.SIGTERM)
+                        process.wait()
+                        break
         output.seek(0)
         printed = output.read()
+    if reason:
+        print(f"\n{title}: stopped" if terminal else f"{title}: stopped", file=stream, flush=True)
+        raise GaveUp(reason)
     seconds = round(time.monotonic() - begun, 1)
     print(f"\r{title} ... {seconds} s\033[K" if terminal else f"{title}: {seconds} s", file=stream, flush=True)
     if process.returncode != 0:
@@ -218,11 +277,15 @@ def run(args):
 
     logs = {"YOSYS": out / f"{name}.rpt", "NEXTPNR_ECP5": out / f"{name}.tim"}
 
-    def step(title, command, key, log=None):
+    def step(title, command, key, log=None, give_up=None):
         try:
-            steps[key] = run_step(title, command, out, env, log)
+            steps[key] = run_step(title, command, out, env, log, every=PROGRESS_SECONDS, give_up=give_up)
         except subprocess.CalledProcessError as error:
             raise UserError(f"{title} failed (logs in {out}):\n{error.output}") from None
+        except GaveUp as reason:
+            raise UserError(f"{title} stopped: {reason} (logs in {out}); the design is too congested for this "
+                            f"device as placed (docs/ARCHITECTURE.md, \"Boards\": another --seed, a smaller "
+                            f"switch, or --keep-routing to let it go on)") from None
 
     for variable, title in STEPS:
         line = next(line for line in script if line.startswith(f'"${variable}"'))
@@ -237,7 +300,8 @@ def run(args):
                 raise UserError(f"the design does not fit the {args.board}'s FPGA: {'; '.join(over)} after "
                                 f"packing (docs/ARCHITECTURE.md, \"Boards\"). A smaller switch (--workers, "
                                 f"--jobs, --message-slots, --mtu) or a larger board.")
-        step(title, command, f"{variable.lower()}_s", logs.get(variable))
+        watch = variable == "NEXTPNR_ECP5" and args.router == "router2" and not args.keep_routing
+        step(title, command, f"{variable.lower()}_s", logs.get(variable), router_log_diverges if watch else None)
     report = json.loads((out / "report.json").read_text())
     summary = {"board": args.board, "top": name, "switch": None if args.loopback else top.switch.parameters,
                "sys_mhz": top.pll.outputs_hz[1] / 1e6, **summarize_report(report),
