@@ -79,10 +79,10 @@ def register(subparsers):
                         help="nextpnr's router (default router2: router1, nextpnr's own default for the ECP5, "
                              "rips up the switch's arcs as fast as it routes them)")
     parser.add_argument("--keep-routing", action="store_true",
-                        help=f"let router2 go on when its overused wires keep rising (default: the build stops once "
+                        help=f"let router2 go on when its overused wires stop falling (default: the build stops once "
                              f"they are {DIVERGED_RATIO} times their lowest, if that was {DIVERGED_FLOOR} or more, "
-                             f"{DIVERGED_ITERATIONS} iterations or more after it: such a run has never routed, and "
-                             f"would go on for hours)")
+                             f"{DIVERGED_ITERATIONS} iterations or more after it, or none has been lower for "
+                             f"{STALLED_ITERATIONS}: such a run has never routed, and would go on for hours)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
@@ -120,12 +120,12 @@ def summarize_report(report):
 PROGRESS_SECONDS = 60      # how often a long step says where it is when the output is not a terminal
 
 # router2 logs each iteration's overused wires. On a congested design they fall to a lowest count and then
-# rise for good (docs/ARCHITECTURE.md, "Boards": every run that did so never routed), so the build stops once
-# the count is DIVERGED_RATIO times its lowest, DIVERGED_ITERATIONS iterations or more after it. Below
-# DIVERGED_FLOOR wires at its lowest the router is left to finish: near the end the counts wander (4, 2, 4)
-# on their way to 0.
+# rise for good or stay (docs/ARCHITECTURE.md, "Boards": no run that did either ever routed), so the build
+# stops once the count is DIVERGED_RATIO times its lowest, DIVERGED_ITERATIONS iterations or more after it, or
+# has not gone lower for STALLED_ITERATIONS. Below DIVERGED_FLOOR wires at its lowest the router is left to
+# finish: near the end the counts wander (4, 2, 4) on their way to 0.
 ROUTER_ITERATION = re.compile(r"\biter=(\d+)\s+wires=\d+\s+overused=(\d+)")
-DIVERGED_FLOOR, DIVERGED_ITERATIONS, DIVERGED_RATIO = 100, 10, 1.5
+DIVERGED_FLOOR, DIVERGED_ITERATIONS, DIVERGED_RATIO, STALLED_ITERATIONS = 100, 10, 1.5, 25
 
 
 class GaveUp(Exception):
@@ -135,7 +135,7 @@ class GaveUp(Exception):
 def router_diverges(log_text):
     """Why router2 will not route, from its log so far (``iter=N wires=W overused=K`` lines), or None: its
     overused wires at their lowest were ``DIVERGED_FLOOR`` or more and, ``DIVERGED_ITERATIONS`` iterations or
-    more later, are ``DIVERGED_RATIO`` times that or more."""
+    more later, are ``DIVERGED_RATIO`` times that or more, or none has been lower for ``STALLED_ITERATIONS``."""
     best = last = None
     for match in ROUTER_ITERATION.finditer(log_text):
         iteration, overused = int(match[1]), int(match[2])
@@ -147,6 +147,9 @@ def router_diverges(log_text):
     if last[0] - best[0] >= DIVERGED_ITERATIONS and last[1] >= DIVERGED_RATIO * best[1]:
         return (f"router2 does not converge: its overused wires fell to {best[1]:,} at iteration {best[0]} and "
                 f"rose to {last[1]:,} by iteration {last[0]}")
+    if last[0] - best[0] >= STALLED_ITERATIONS:
+        return (f"router2 does not converge: its overused wires fell to {best[1]:,} at iteration {best[0]} and "
+                f"were no lower by iteration {last[0]} ({last[1]:,})")
     return None
 
 
