@@ -176,28 +176,33 @@ def run_step(title, command, cwd, env, log=None, *, every=PROGRESS_SECONDS, stre
     begun = said = asked = time.monotonic()
     reason = None
     with open(Path(cwd) / "step.out", "w+") as output:
-        # (a session of its own: the shell and the tool it starts are stopped together)
+        # (a session of its own, so that the shell and the tool it starts are stopped together: when ``give_up``
+        # says so, and when this process stops, on Ctrl-C say, which a terminal no longer sends them)
         process = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-        while True:
-            try:
-                process.wait(timeout=min(1.0, every / 2))
-                break
-            except subprocess.TimeoutExpired:
-                now = time.monotonic()
-                where = _last_line(log)
-                if terminal:
-                    print(f"\r{title} ... {now - begun:.0f} s  {where[:80]}\033[K", end="", file=stream, flush=True)
-                elif now - said >= every:
-                    print(f"  {now - begun:.0f} s: {where[:100]}", file=stream, flush=True)
-                    said = now
-                if give_up is not None and now - asked >= every:
-                    asked = now
-                    reason = give_up(log)
-                    if reason:
-                        os.killpg(process.pid, signal.SIGTERM)
-                        process.wait()
-                        break
+        try:
+            while True:
+                try:
+                    process.wait(timeout=min(1.0, every / 2))
+                    break
+                except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    where = _last_line(log)
+                    if terminal:
+                        print(f"\r{title} ... {now - begun:.0f} s  {where[:80]}\033[K", end="", file=stream,
+                              flush=True)
+                    elif now - said >= every:
+                        print(f"  {now - begun:.0f} s: {where[:100]}", file=stream, flush=True)
+                        said = now
+                    if give_up is not None and now - asked >= every:
+                        asked = now
+                        reason = give_up(log)
+                        if reason:
+                            break
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait()
         output.seek(0)
         printed = output.read()
     if reason:
