@@ -219,6 +219,32 @@ def test_a_build_whose_router_diverges_stops_and_says_why(tmp_path, monkeypatch)
             assert build.run(args) == 0 and (out / "placed").exists()
 
 
+def test_a_step_left_early_stops_its_tool(tmp_path):
+    """``run_step`` runs its tool in a session of its own (so that ``give_up`` can stop the shell and what it
+    started together); whenever the step is left early its tool is stopped, on Ctrl-C too (here raised by
+    the check as a terminal would raise it)."""
+    import time
+
+    from netreduce.commands.build import run_step
+
+    def interrupt(log):
+        if (tmp_path / "child").exists() and (tmp_path / "child").read_text().strip():
+            raise KeyboardInterrupt
+        return None
+    with pytest.raises(KeyboardInterrupt):
+        run_step("routing", "sleep 30 & echo $! > child; wait", tmp_path, dict(os.environ), every=0.2,
+                 give_up=interrupt)
+    child = int((tmp_path / "child").read_text())
+    for _ in range(40):         # (the orphaned sleep is reaped by init once stopped)
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the tool's child still runs")
+
+
 def test_a_long_step_says_where_it_is_and_a_failing_one_what_it_printed(tmp_path):
     """A tool that runs for a while is shown with the last line of its log (here every 0.5 s, the output
     not being a terminal), then its time; a tool that fails raises with the lines it printed."""
