@@ -84,7 +84,7 @@ def register(subparsers):
                         help=f"let router2 go on when its overused wires stop falling (default: the build stops once "
                              f"they are {DIVERGED_RATIO} times their lowest, if that was {DIVERGED_FLOOR} or more, "
                              f"{DIVERGED_ITERATIONS} iterations or more after it, or none has been lower for "
-                             f"{STALLED_ITERATIONS}: such a run has never routed, and would go on for hours)")
+                             f"{STALLED_ITERATIONS}: no such run has been seen to route, and it would go on for hours)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
@@ -122,7 +122,7 @@ def summarize_report(report):
 PROGRESS_SECONDS = 60      # how often a long step says where it is when the output is not a terminal
 
 # router2 logs each iteration's overused wires. On a congested design they fall to a lowest count and then
-# rise for good or stay (docs/ARCHITECTURE.md, "Boards": no run that did either ever routed), so the build
+# rise for good or stay (docs/ARCHITECTURE.md, "Boards": no run seen to do either came back), so the build
 # stops once the count is DIVERGED_RATIO times its lowest, DIVERGED_ITERATIONS iterations or more after it, or
 # has not gone lower for STALLED_ITERATIONS. Below DIVERGED_FLOOR wires at its lowest the router is left to
 # finish: near the end the counts wander (4, 2, 4) on their way to 0.
