@@ -248,7 +248,7 @@ def main(argv=None):
     parser.add_argument("--ports", type=int, nargs="*", choices=(1, 2, 3, 4),
                         help="port counts of the multi-port runs (default 1 2 4 at 64 bits, 1 2 at 512; none: skip)")
     parser.add_argument("--narrow-ports", type=int, nargs="*", default=[1, 2, 4], choices=(1, 2, 3, 4),
-                        help="port counts of the runs with 64-bit ports into the 512-bit core (none: skip)")
+                        help="port counts of the runs with 64-bit ports into a wider core (--narrow-core; none: skip)")
     parser.add_argument("--narrow-core", type=int, nargs="+", choices=(256, 512),
                         help="the cores of the --narrow-ports runs (default 512, if --width names a width)")
     parser.add_argument("--wide-core", type=int, nargs="*", default=[], choices=(1, 2),

@@ -2,7 +2,7 @@
 both sides of the switch), replayed into the generated Verilog of NetReduceSwitch, and compared frame for
 frame, byte for byte and counter for counter.
 
-Six builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
+Seven builds keep the suite short (``netreduce.tb.scenarios.SWITCH_BUILDS``). The 2-port build also runs
 the one-port scenarios (everything on port 0), and the closed loop on two ports, where both ports carry
 traffic at once.
 """

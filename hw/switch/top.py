@@ -61,7 +61,6 @@ from ..slots import SlotMemory
 from ..stream import (
     axi_stream_signature,
     axis_to_frames,
-    check_width,
     fifo_to_stream,
     frames_to_axis,
     stream_to_fifo,
@@ -124,8 +123,7 @@ class NetReduceSwitch(wiring.Component):
                  message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
                  egress_buffer=16384, egress_weighted=False, management=None, ethernet=False, port_width=None,
                  ipv6=True, bounded_loss=True):
-        check_width(width)
-        if width not in SWITCH_WIDTHS:
+        if width not in SWITCH_WIDTHS:      # (each of them a datapath width, ``hw.stream.WIDTHS``)
             raise ValueError(f"the switch is built for {', '.join(map(str, SWITCH_WIDTHS))} bits, not {width}")
         self.port_width = width if port_width is None else port_width
         self.port_ratio = check_port_width(self.port_width, width)
