@@ -25,7 +25,7 @@ __all__ = [
     "MANAGEMENT_PACKET", "MANAGEMENT_MAGIC", "MANAGEMENT_VERSION", "MANAGEMENT_PORT", "ManagementOp",
     "MANAGEMENT_REPLY", "ManagementAddress",
     "PSN_MODULUS", "psn_distance", "MSG_SEQ_MODULUS", "msg_distance", "GAP_PSN_SHIFT",
-    "RC_WRITE_OPCODES", "UC_WRITE_OPCODES", "AethSyndrome",
+    "RC_WRITE_OPCODES", "UC_WRITE_OPCODES", "AethSyndrome", "ETH_LINE_OVERHEAD", "line_bytes",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -33,6 +33,14 @@ ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_VLAN = 0x8100
 ETH_MIN_FRAME = 60      # bytes, without the FCS: shorter frames are padded by the sender
+ETH_LINE_OVERHEAD = 24  # bytes a frame takes on the line besides its own: FCS 4, preamble and SFD 8, gap 12
+
+
+def line_bytes(length):
+    """The bytes' time a frame of ``length`` bytes (without its FCS) takes on an Ethernet line."""
+    return max(length, ETH_MIN_FRAME) + ETH_LINE_OVERHEAD
+
+
 ICRC_BYTES = 4
 
 # --- header tables: (name, width in bits), network order ------------------------------------------

@@ -17,7 +17,7 @@ Python sets the inputs of :class:`Harness` (ring fill levels, pause probabilitie
 Every count is of 32 bits and wraps; a ring index is its count modulo the ring's depth.
 """
 
-from amaranth.hdl import Const, Module, Mux, ResetSignal, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, ResetSignal, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -32,12 +32,14 @@ PAUSE_BITS = 16         # a pause probability p is the threshold round(p * 2**16
 FrameGate = data.StructLayout({
     "after_out": unsigned(32),      # frames out of the device (all recorders with ``counts_frames``)
     "after_in": unsigned(32),       # frames into the device (all players)
+    "line_bits": unsigned(32),      # the frame's time on its line, in bits (``netreduce.wire.line_bytes``)
 })
 
 FrameStamp = data.StructLayout({
     "first": unsigned(32),          # the clock the frame's first beat was taken
     "last": unsigned(32),           # the clock its last beat was taken
     "refused": unsigned(32),        # clocks in which a beat of it was offered and not taken
+    "line_ahead": unsigned(32),     # with a line pace: the line's bits past the frame's start when it started
 })
 
 
@@ -95,7 +97,11 @@ class Player(wiring.Component):
     :data:`FrameGate`) holds frame ``f``'s gate at ``f mod frames``. Python writes whole frames and then
     raises ``loaded`` (the beats written so far); the player offers beat ``played`` while ``played !=
     loaded``, a first beat only once ``frames_out >= after_out`` and ``frames_in >= after_in`` of its gate,
-    and pauses with probability ``idle`` (never withdrawing a beat it offers). At each frame's last beat it
+    and pauses with probability ``idle`` (never withdrawing a beat it offers). With ``line_rate`` (bits of a
+    line per clock; 0: none) it plays a line's pace: a frame starts no sooner than its gate's ``line_bits``
+    of the line after the frame before started (its beats then go back to back, as from a MAC's whole-frame
+    buffer); the line runs on while a frame waits to be taken (its stamp's ``line_ahead``: how far the line got
+    ahead, a MAC's backlog) and stops while none waits. At each frame's last beat it
     writes the frame's :data:`FrameStamp` into ``stamps`` at ``f mod frames``, and counts the frame in
     ``taken``. Python may overwrite a word once ``played`` is past every beat in it.
     """
@@ -115,7 +121,7 @@ class Player(wiring.Component):
             "o": Out(_stream(layout)),
             "loaded": In(32), "played": Out(32), "taken": Out(32),
             "frames_out": In(32), "frames_in": In(32), "cycle": In(32),
-            "idle": In(PAUSE_BITS + 1), "seed": In(32),
+            "idle": In(PAUSE_BITS + 1), "seed": In(32), "line_rate": In(16),
         })
 
     def elaborate(self, platform):
@@ -134,6 +140,25 @@ class Player(wiring.Component):
         refused = Signal(32)
         open_gate = (self.frames_out - gate.data.after_out)[31] == 0     # modulo 2**32
         open_gate &= (self.frames_in - gate.data.after_in)[31] == 0
+        # the line's pace: the bits the line has delivered past the frames started (negative: the last frame's
+        # line time is not over); it counts on while a frame waits (a MAC's buffer holds what the line brings),
+        # and stops at 0 while none does (an idle line brings nothing)
+        line = Signal(signed(34))
+        refilled = Signal(signed(34))
+        starts = self.o.valid & self.o.ready & ~inside
+        frame_waits = (self.played != self.loaded) & (inside | open_gate)
+        m.d.comb += refilled.eq(line + self.line_rate)
+        with m.If(self.line_rate != 0):
+            with m.If(starts):
+                m.d.sync += line.eq(refilled - gate.data.line_bits)
+            with m.Elif(frame_waits):
+                m.d.sync += line.eq(refilled)
+            with m.Else():
+                m.d.sync += line.eq(Mux(refilled < 0, refilled, 0))
+        open_gate &= (self.line_rate == 0) | (line >= 0)
+        line_ahead = Signal(32)     # the line's bits past this frame's start when it started: a MAC's backlog
+        with m.If(starts):
+            m.d.sync += line_ahead.eq(Mux(self.line_rate != 0, line, 0))
         lane_bits = exact_log2(self.lanes)
         m.d.comb += [
             pauses.threshold.eq(self.idle),
@@ -157,6 +182,7 @@ class Player(wiring.Component):
                     stamp.data.first.eq(Mux(inside, first, self.cycle)),
                     stamp.data.last.eq(self.cycle),
                     stamp.data.refused.eq(refused),
+                    stamp.data.line_ahead.eq(Mux(inside, line_ahead, Mux(self.line_rate != 0, line, 0))),
                 ]
                 m.d.sync += [self.taken.eq(self.taken + 1), refused.eq(0)]
         return m
@@ -220,7 +246,7 @@ class Recorder(wiring.Component):
 def PlayerControl():
     """A player's port at the harness top, as Python (the master) sees it."""
     return wiring.Signature({"loaded": Out(32), "played": In(32), "taken": In(32),
-                             "idle": Out(PAUSE_BITS + 1), "seed": Out(32)})
+                             "idle": Out(PAUSE_BITS + 1), "seed": Out(32), "line_rate": Out(16)})
 
 
 def RecorderControl():
@@ -329,6 +355,7 @@ class Harness(wiring.Component):
             m.d.comb += [
                 player.loaded.eq(control.loaded), control.played.eq(player.played),
                 control.taken.eq(player.taken), player.idle.eq(control.idle), player.seed.eq(control.seed),
+                player.line_rate.eq(control.line_rate),
                 player.frames_in.eq(frames_in), player.frames_out.eq(frames_out), player.cycle.eq(self.cycle),
             ]
             valid, ready, fields = _handshake(port, kind)

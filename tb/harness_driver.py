@@ -16,6 +16,7 @@ import time
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge, Timer
 
+from ..wire import line_bytes
 from .harness import FrameGate, FrameStamp, beat_layout, probability_threshold, stream_layout
 
 __all__ = ["HarnessDriver", "RecordedFrame", "HarnessTimeout"]
@@ -60,7 +61,7 @@ class _PlayerDriver:
     def __init__(self, dut, index, description, depth, frames, lanes):
         self.handle = dut._id(f"player_{index}", extended=False)
         self.control = {name: getattr(dut, f"play__{index}__{name}") for name in ("loaded", "played", "taken",
-                                                                                 "idle", "seed")}
+                                                                                 "idle", "seed", "line_rate")}
         self.layout = beat_layout(description["width"], description["user"])
         self.nbytes = description["width"] // 8
         self.depth, self.frame_depth, self.lanes = depth, frames, lanes
@@ -80,7 +81,8 @@ class _PlayerDriver:
         beats[-1] |= 1 << last_shift
         if len(beats) > self.depth - self.lanes + 1:
             raise ValueError(f"a frame of {len(beats)} beats does not fit a ring of {self.depth}")
-        self.pending.append((beats, _pack(FrameGate, after_out=after_out, after_in=after_in)))
+        self.pending.append((beats, _pack(FrameGate, after_out=after_out, after_in=after_in,
+                                          line_bits=8 * line_bytes(len(frame)))))
 
     def fill(self):
         """Write the pending frames that fit: their beats where played ones were, their gates where
@@ -184,8 +186,9 @@ class HarnessDriver:
                           for j, d in enumerate(description["recorders"])]
         self.exchange_seconds = 0.0         # wall time spent filling and reading the rings
 
-    async def start(self, *, idle=0.0, backpressure=0.0, seed=0):
-        """Start the clock, set the pause probabilities and the generators' seeds, and reset (the
+    async def start(self, *, idle=0.0, backpressure=0.0, seed=0, line_rate=0):
+        """Start the clock, set the pause probabilities, the generators' seeds and the players' line pace
+        (``line_rate``: a line's bits per clock, e.g. 400 for 100 Gb/s at 250 MHz; 0: none), and reset (the
         generators load their seeds in reset). Returns on a falling edge, where every later step of
         :meth:`run` also ends, so that Python never writes in the clock's rising edge."""
         dut = self.dut
@@ -195,6 +198,7 @@ class HarnessDriver:
             player.control["idle"].value = probability_threshold(idle)
             player.control["seed"].value = (seed * 7919 + 2 * i + 1) & 0xFFFFFFFF
             player.control["loaded"].value = 0
+            player.control["line_rate"].value = line_rate
         for j, recorder in enumerate(self.recorders):
             recorder.control["backpressure"].value = probability_threshold(backpressure)
             recorder.control["seed"].value = (seed * 7919 + 2 * j + 1001) & 0xFFFFFFFF

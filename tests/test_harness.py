@@ -20,6 +20,7 @@ from netreduce.tb.harness import (
     beat_layout,
     probability_threshold,
 )
+from netreduce.wire import line_bytes
 
 LAYOUT = beat_layout(64)
 
@@ -31,7 +32,7 @@ def beats_of(frame):
 
 
 def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, frame_depth=4, lanes=2,
-               seed=3):
+               seed=3, line_rate=0):
     """Play ``frames`` through a small ring of words of ``lanes`` beats, refilling it as a driver would;
     returns the frames taken (bytes), the clock of each taken beat, the stamps, and the clocks in which a
     beat was offered."""
@@ -47,6 +48,7 @@ def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, 
     async def bench(ctx):
         ctx.set(dut.idle, probability_threshold(idle))
         ctx.set(dut.seed, seed)
+        ctx.set(dut.line_rate, line_rate)
         rng = random.Random(seed)
         pending = [(beats_of(f), g) for f, g in zip(frames, gates, strict=True)]
         ring = [0] * depth                     # what the ring holds, beat by beat
@@ -65,7 +67,8 @@ def run_player(frames, *, gates=None, idle=0.0, ready_probability=1.0, depth=8, 
                     ctx.set(dut.beats.data[word], [LAYOUT.from_bits(b) for b in ring[word * lanes:(word + 1) * lanes]])
                     loaded += 1
                 ctx.set(dut.gates.data[loaded_frames % frame_depth],
-                        FrameGate.const({"after_out": after_out, "after_in": after_in}))
+                        FrameGate.const({"after_out": after_out, "after_in": after_in,
+                                         "line_bits": 8 * line_bytes(len(frames[loaded_frames]))}))
                 loaded_frames += 1
             ctx.set(dut.loaded, loaded)
             ctx.set(dut.frames_out, clock // 50)         # frames "out": one every 50 clocks
@@ -131,6 +134,35 @@ def test_player_idle_pauses_at_about_their_probability_and_never_withdraw_a_beat
     assert taken == frames
     span = beat_clocks[-1] - beat_clocks[0] + 1
     assert 1.6 < span / len(beat_clocks) < 2.5       # about one clock in two offered
+
+
+def test_player_paces_frames_as_a_line_delivers_them():
+    """A line of 48 bits a clock, slower than the player's 64-bit beats: each frame starts once the line has
+    carried every frame before it (its bytes, FCS, preamble and gap: ``line_bytes``), to the clock, the
+    fractions carried over; a frame's beats go back to back; the line is never ahead by a clock's bits."""
+    frames, rate = frames_of(12, seed=6), 48
+    _, beat_clocks, stamps, _ = run_player(frames, line_rate=rate, depth=64)
+    line = [8 * line_bytes(len(f)) for f in frames]
+    for n, stamp in enumerate(stamps):
+        assert stamp.first - stamps[0].first == -(-sum(line[:n]) // rate)
+        assert stamp.last - stamp.first == len(beats_of(frames[n])) - 1
+        assert stamp.line_ahead == rate * (stamp.first - stamps[0].first) - sum(line[:n]) < rate
+    assert len(beat_clocks) == sum(len(beats_of(f)) for f in frames)
+
+
+def test_a_line_runs_on_while_frames_wait_and_not_while_none_does():
+    """A device slower than the line: the frames wait, and each one's ``line_ahead`` is how far the line had
+    got past its start (the backlog a MAC's buffer would hold). A frame held by its gate (nothing waits before
+    it) starts with the line never more than a clock's bits ahead: an idle line brings nothing."""
+    frames, rate = frames_of(10, seed=7), 200
+    _, _, stamps, _ = run_player(frames, line_rate=rate, ready_probability=0.3, depth=64)
+    line = [8 * line_bytes(len(f)) for f in frames]
+    for n, stamp in enumerate(stamps):
+        assert stamp.line_ahead == rate * (stamp.first - stamps[0].first) - sum(line[:n])
+    assert stamps[-1].line_ahead > sum(line) // 2     # the slow device: the line got far ahead
+    gates = [(0, 0), (3, 0), (3, 0)]                   # frames out come one every 50 clocks
+    _, _, stamps, _ = run_player(frames[:3], gates=gates, line_rate=rate, depth=64)
+    assert stamps[1].first >= 150 and stamps[1].line_ahead < rate
 
 
 @pytest.mark.parametrize("probability, low, high", [(0.0, 0, 0), (0.25, 0.2, 0.3), (1.0, 1, 1)])
