@@ -3,7 +3,7 @@
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
         [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2]
         [--synth [--synth-core 256] [--no-route] [--placer heap|static] [--router router1|router2]]
-        [--xilinx [--xilinx-port-width 64]]
+        [--xilinx [--xilinx-port-width 64 | --xilinx-card]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
   16 message slots, and by default 16 messages per worker, so that the whole tensor fits the credit
@@ -63,6 +63,8 @@
   8 workers (1 job, the same 8-message window) against the Alveo U280's XCU280, and its ten deepest
   register inputs in logic levels (a LUT6 is one level). An estimate: no place and route, no timing.
   ``--xilinx-port-width 64``: the same core with 64-bit ports (every port at line rate at once).
+  ``--xilinx-card``: instead, the switch of the card's top (``netreduce.hw.alveo``): its two 512-bit ports into
+  the 1,024-bit core.
 """
 
 import argparse
@@ -260,6 +262,8 @@ def main(argv=None):
                         help="also synthesize the 512-bit, 4-port, 8-worker switch for UltraScale+ (Yosys)")
     parser.add_argument("--xilinx-port-width", type=int, choices=(64, 512), default=512,
                         help="with --xilinx: the ports' width (64: every port at line rate into the 512-bit core)")
+    parser.add_argument("--xilinx-card", action="store_true",
+                        help="with --xilinx: the Alveo top's switch instead, two 512-bit ports into the 1,024-bit core")
     parser.add_argument("--placer", choices=("heap", "static"), default="heap", help="with --synth: nextpnr's placer")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="with --synth: nextpnr's router")
@@ -296,10 +300,11 @@ def main(argv=None):
         report[name.replace("netreduce_switch", "ecp5_switch")] = result
     if args.xilinx:
         from netreduce.synth import synth_xilinx_estimate
-        port_width = args.xilinx_port_width
-        switch = NetReduceSwitch(width=512, ports=4, workers=8, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
+        from netreduce.hw.alveo import CORE_WIDTH, WIDTH
+        ports, core, port_width = (2, CORE_WIDTH, WIDTH) if args.xilinx_card else (4, 512, args.xilinx_port_width)
+        switch = NetReduceSwitch(width=core, ports=ports, workers=8, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                  message_slots=SYNTH_MESSAGE_SLOTS, max_frame=9216, port_width=port_width)
-        name = "netreduce_switch_512b_4p_8w" + ("" if port_width == 512 else f"_{port_width}b_ports")
+        name = f"netreduce_switch_{core}b_{ports}p_8w" + ("" if port_width == core else f"_{port_width}b_ports")
         result = synth_xilinx_estimate(switch, name, family="xcup", depths=True)
         result.pop("work_dir", None)
         result.pop("cells", None)

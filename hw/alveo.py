@@ -14,7 +14,10 @@ through an MMCM (``mmcm_config``), the switch's clock ``sync`` (``sys_mhz``); ea
 (``gt_txusrclk2``, 322.265625 MHz) clocks its port's domain ``cmac<p>`` (its receive side too: the IP's
 receive FIFO is on and ``rx_clk`` is that clock).
 
-Each port, with the 512-bit switch (``NetReduceSwitch(width=512, ports=2, **switch)``):
+Each port, into the switch's 1,024-bit core (``NetReduceSwitch(width=1024, port_width=512, ports=2, **switch)``:
+two 512-bit ports, each storing whole frames that the core takes two port beats a clock, so that both ports are
+at line rate at once for every frame of two port beats or more, docs/ARCHITECTURE.md "Ports narrower than the
+core"; a core of the ports' width would carry one port's worth in all):
 
 receive (``cmac<p>``)
     ``rx_axis`` (no ``tready``: nothing behind it may refuse a beat) -> ``FrameFilter`` (whole frames
@@ -45,9 +48,10 @@ from .stream import FrameBeat, axis_to_frames, frame_stream, frames_to_axis
 from .switch import NetReduceSwitch
 
 __all__ = ["U280", "AlveoCard", "Qsfp", "SwitchOnAlveo", "MmcmConfig", "mmcm_config", "alveo_constraints",
-           "vivado_script", "filter_beats", "CMAC_USER_HZ", "WIDTH"]
+           "vivado_script", "filter_beats", "CMAC_USER_HZ", "WIDTH", "CORE_WIDTH"]
 
-WIDTH = 512
+WIDTH = 512                         # the CMAC's AXI-Stream, and the switch's ports
+CORE_WIDTH = 2 * WIDTH              # the switch's core: k = 2 port beats a core beat, one per port
 CMAC_USER_HZ = 322_265_625          # the CMAC's user clock (gt_txusrclk2) in CAUI-4 mode
 LANES = 4
 
@@ -167,7 +171,7 @@ class SwitchOnAlveo(wiring.Component):
             self._MustUse__silence = True
             raise
         self.ports = len(card.qsfp)
-        self.switch = NetReduceSwitch(width=WIDTH, ports=self.ports, **switch)
+        self.switch = NetReduceSwitch(width=CORE_WIDTH, port_width=WIDTH, ports=self.ports, **switch)
         members = {"sysclk0_p": In(1), "sysclk0_n": In(1), "hbm_cattrip": Out(1)}
         for p in range(self.ports):
             members.update({f"qsfp{p}_refclk_p": In(1), f"qsfp{p}_refclk_n": In(1),

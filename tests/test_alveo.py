@@ -75,6 +75,8 @@ def test_build_command_writes_what_vivado_needs(tmp_path):
     script = (out / "build_netreduce_alveo_u280.tcl").read_text()
     summary = json.loads((out / "netreduce_alveo_u280.summary.json").read_text())
     longest = summary["switch"]["max_frame"] + MAX_HEADER_BYTES + ICRC_BYTES
+    # both 100G ports into the 1,024-bit core, two port beats a core beat (both at line rate at once)
+    assert (summary["switch"]["width"], summary["switch"]["port_width"], summary["switch"]["ports"]) == (1024, 512, 2)
     for p in range(2):
         instance = text[text.index(f"cmac_usplus_{p} cmac_{p} ("):]
         instance = instance[:instance.index(");")]

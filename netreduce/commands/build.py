@@ -341,8 +341,8 @@ def run_card(args, out):
     except ValueError as error:
         raise UserError(str(error)) from None
     out.mkdir(parents=True, exist_ok=True)
-    print(f"elaborating the switch for {args.board} (2 ports of 100 Gb/s, 512 bits, switch clock "
-          f"{top.mmcm.output_hz / 1e6:.6g} MHz) ...", flush=True)
+    print(f"elaborating the switch for {args.board} (2 ports of 100 Gb/s at 512 bits into a 1,024-bit core, "
+          f"switch clock {top.mmcm.output_hz / 1e6:.6g} MHz) ...", flush=True)
     generate_verilog(top, name, out / f"{name}.v")
     (out / f"{args.board}.xdc").write_text(alveo_constraints(top.card, args.board))
     script = out / f"build_{name}.tcl"
