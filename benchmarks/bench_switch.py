@@ -1,7 +1,7 @@
 """Benchmarks of the NetReduce switch RTL; prints one JSON object.
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
-        [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2]
+        [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2] [--card]
         [--synth [--synth-core 256] [--no-route] [--placer heap|static] [--router router1|router2]]
         [--xilinx [--xilinx-port-width 64 | --xilinx-card]]
 
@@ -38,6 +38,13 @@
   ``NetReduceSwitch(port_width=512, width=1024)`` (frames of two port beats or more at line rate on every port
   at once, frames of one at one a clock in all); the same figures as for the 64-bit ports above, in the
   ports' beats.
+- The card (``card_512b_ports_1024b_core_100g``; ``--card``): the Alveo top's switch (two 512-bit ports into
+  the 1,024-bit core) with each port's frames at the pace of a 100 Gb/s line into its 250 MHz clock (400
+  bits a clock; ``tb.harness.Player``'s line pace: a frame no sooner than the line has carried the frames
+  before it, with their FCS, preamble and gap), both ports at once: the all-reduce, back-to-back frames of
+  no connection of 60 to 1,500 bytes, back-to-back ACKs. Each port's ``line_backlog_bytes`` (max and last):
+  how far its line got ahead of what the switch took, the bytes its receive buffer (``receive_buffer_bytes``)
+  would hold; a backlog that grows with the run is a line the switch does not keep up with.
 - ACKs on every port (``ports_acks``): for each P of ``ports`` above 1, back-to-back ACKs of the
   connections into every port at once, each on its responder's port (as ``acks`` above).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
@@ -83,6 +90,8 @@ from netreduce.tb.harness import run_switch
 
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
 FORWARDED_FRAMES = 400
+LINE_GBPS, CARD_MHZ = 100, 250      # ``--card``: the Alveo's QSFP28 lines, its switch's clock (``SwitchOnAlveo``)
+CARD_FRAME_SIZES = (60, 128, 256, 576, 1024, 1500)
 WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's bytes in the credit window
 SYNTH_MESSAGE_SLOTS = 8
 PORT_COUNTS = {64: [1, 2, 4], 512: [1, 2]}      # the multi-port runs of each width
@@ -115,18 +124,19 @@ def forwarded_frame(size, dport, to):
                             src_ip="10.1.0.1", dst_ip=to.ip, dest_qp=0x77)
 
 
-def smallest_frames_on_every_port(workers, width, ports):
-    """Back-to-back 60-byte frames of no connection into every one of ``ports`` ports at once, port p's
-    to a host on port p + 1 (mod P): a recording for ``run_measure(..., ports_at_once=True)``."""
+def smallest_frames_on_every_port(workers, width, ports, size=60):
+    """Back-to-back frames of ``size`` bytes (60: the smallest) of no connection into every one of ``ports``
+    ports at once, port p's to a host on port p + 1 (mod P): a recording for ``run_measure(...,
+    ports_at_once=True)``."""
     network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                     message_slots=MESSAGE_SLOTS, width=width, ports=ports)
     on_port = {host.port: host.address for host in reversed(network.hosts)}    # the first host of each port
     frames, into = [], []
     for _ in range(FORWARDED_FRAMES):
         for p in range(ports):
-            frames.append(forwarded_frame(60, 9, on_port[(p + 1) % ports]))
+            frames.append(forwarded_frame(size, 9, on_port[(p + 1) % ports]))
             into.append(p)
-    assert all(len(frame) == 60 for frame in frames)
+    assert all(len(frame) == size for frame in frames)
     return record_frames(network.switch_config, frames, ports=into)
 
 
@@ -149,14 +159,15 @@ def acks_on_every_port(workers, width, ports):
     return record_frames(network.switch_config, frames, ports=into)
 
 
-def run_measure(switch, scenario, workers, ports_at_once=False):
-    """The testbench's ``measure`` on ``scenario``: its JSON result."""
+def run_measure(switch, scenario, workers, ports_at_once=False, line_rate=0):
+    """The testbench's ``measure`` on ``scenario`` (each port's frames at the pace of a line of ``line_rate``
+    bits a clock, if given): its JSON result."""
     with tempfile.TemporaryDirectory() as scratch:
         path, out = Path(scratch) / "scenario.pickle", Path(scratch) / "result.json"
         path.write_bytes(pickle.dumps(scenario))
         run_switch(switch, testcase="measure", quiet=True,
                    params={"scenario": str(path), "out": str(out), "workers": workers,
-                           "ports_at_once": ports_at_once})
+                           "ports_at_once": ports_at_once, "line_rate": line_rate})
         return json.loads(out.read_text())
 
 
@@ -233,6 +244,30 @@ def measure_narrow_ports(port_width, width, workers, nbytes, ports):
     return result
 
 
+def measure_card(workers, nbytes):
+    """The Alveo top's switch (``netreduce.hw.alveo``: two 512-bit ports into the 1,024-bit core) at the card's
+    clocks: each port's frames at the pace of a 100 Gb/s line (``LINE_GBPS``) into the switch's clock of
+    ``CARD_MHZ``, both ports at once; the all-reduce of ``workers`` over the two ports, back-to-back frames of
+    no connection of each of ``CARD_FRAME_SIZES`` bytes, and back-to-back ACKs. Each port's
+    ``line_backlog_bytes`` is what its receive ``FrameFilter`` would have held; it holds ``receive_buffer_bytes``
+    and drops whole frames beyond."""
+    from netreduce.hw.alveo import CORE_WIDTH, WIDTH, filter_beats
+    line_rate = round(LINE_GBPS * 1000 / CARD_MHZ)
+    switch = NetReduceSwitch(width=CORE_WIDTH, port_width=WIDTH, workers=workers, jobs=1, ports=2, mtu=MTU,
+                             message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
+
+    def paced(recording):
+        return port_figures(run_measure(switch, recording, workers, ports_at_once=True, line_rate=line_rate))
+
+    result = {"line_gbps": LINE_GBPS, "switch_mhz": CARD_MHZ, "line_bits_per_clock": line_rate,
+              "receive_buffer_bytes": filter_beats(switch) * WIDTH // 8,
+              "allreduce": paced(scenario(workers, nbytes, WIDTH, ports=2))}
+    for size in CARD_FRAME_SIZES:
+        result[f"plain_{size}"] = paced(smallest_frames_on_every_port(workers, WIDTH, 2, size))
+    result["acks"] = paced(acks_on_every_port(workers, WIDTH, 2))
+    return result
+
+
 def measure_smallest(width, workers, ports):
     """``smallest_frames_on_every_port`` through the ``ports``-port switch: aggregate and per-port rates."""
     switch = NetReduceSwitch(width=width, workers=workers, jobs=1, ports=ports, mtu=MTU,
@@ -255,6 +290,8 @@ def main(argv=None):
                         help="the cores of the --narrow-ports runs (default 512, if --width names a width)")
     parser.add_argument("--wide-core", type=int, nargs="*", default=[], choices=(1, 2),
                         help="port counts of the runs with 512-bit ports into a 1,024-bit core (default: none)")
+    parser.add_argument("--card", action="store_true",
+                        help="also the Alveo top's switch with each port at the pace of a 100 Gb/s line")
     parser.add_argument("--synth", action="store_true", help="also place and route a 64-bit, 4-worker build")
     parser.add_argument("--synth-core", type=int, choices=(64, 256), default=64,
                         help="with --synth: the core behind the two 64-bit ports (256: both at line rate at once)")
@@ -285,6 +322,9 @@ def main(argv=None):
         report["512b_ports_1024b_core"] = {count: measure_narrow_ports(512, 1024, args.workers, args.bytes, count)
                                            for count in args.wide_core}
         print("512-bit ports into the 1,024-bit core: done", file=sys.stderr)
+    if args.card:
+        report["card_512b_ports_1024b_core_100g"] = measure_card(args.workers, args.bytes)
+        print("the card's switch at 100 Gb/s a port: done", file=sys.stderr)
     if args.synth:
         from netreduce.synth import synth_ecp5
         # RoCE over IPv4 only, as ``netreduce build`` builds the switch for an ECP5 board (with IPv6 its
@@ -299,8 +339,8 @@ def main(argv=None):
         result.pop("work_dir", None)
         report[name.replace("netreduce_switch", "ecp5_switch")] = result
     if args.xilinx:
-        from netreduce.synth import synth_xilinx_estimate
         from netreduce.hw.alveo import CORE_WIDTH, WIDTH
+        from netreduce.synth import synth_xilinx_estimate
         ports, core, port_width = (2, CORE_WIDTH, WIDTH) if args.xilinx_card else (4, 512, args.xilinx_port_width)
         switch = NetReduceSwitch(width=core, ports=ports, workers=8, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                  message_slots=SYNTH_MESSAGE_SLOTS, max_frame=9216, port_width=port_width)

@@ -255,7 +255,7 @@ class Replay:
     async def start(self):
         params = self.params
         await self.bench.start(idle=params.get("idle", 0.0), backpressure=params.get("backpressure", 0.0),
-                               seed=params.get("seed", 0))
+                               seed=params.get("seed", 0), line_rate=params.get("line_rate", 0))
         if not self.scenario.get("in_band"):        # else its first frames configure the switch
             await self.registers.configure(self.scenario["config"], params["workers"], params["forwarding_entries"])
         await FallingEdge(self.dut.clk)
@@ -457,7 +457,10 @@ async def measure(dut):
     ``wall_seconds`` are of the replay alone. ``ports`` gives each port's input rate (over its frames among
     those offered back to back) and output rate. With ``ports_at_once`` the ports' frames go in without
     waiting for one another (``Replay.play``), so that the switch's arbiter decides their order: each port's
-    frames out must then be the model's in any order."""
+    frames out must then be the model's in any order. With ``line_rate`` (bits a clock) each port's frames come
+    at a line's pace (``tb.harness.Player``), and each port's ``line_backlog_bytes`` (max and last over its
+    frames offered back to back) say how far its line got ahead of the frames the switch took: what a MAC's
+    receive buffer would have held."""
     import json
     import time
 
@@ -511,6 +514,9 @@ async def measure(dut):
                                            / (taken[-1]["last"] - taken[0]["first"] + 1), 4) if mine else None,
             "output_beats_per_clock": round(beats_out / (recorder.frames[-1].last - recorder.frames[0].first + 1), 4)
             if recorder.frames else None})
+        if params.get("line_rate") and taken:
+            per_port[-1]["line_backlog_bytes"] = {"max": max(s["line_ahead"] for s in taken) // 8,
+                                                  "last": taken[-1]["line_ahead"] // 8}
     result = {
         "frames_in": len(frames), "frames_out": len(outs),
         "input_beats": sum(beats(frame) for frame in frames),
