@@ -98,9 +98,9 @@ class Player(wiring.Component):
     raises ``loaded`` (the beats written so far); the player offers beat ``played`` while ``played !=
     loaded``, a first beat only once ``frames_out >= after_out`` and ``frames_in >= after_in`` of its gate,
     and pauses with probability ``idle`` (never withdrawing a beat it offers). With ``line_rate`` (bits of a
-    line per clock; 0: none) it plays a line's pace: a frame starts no sooner than its gate's ``line_bits``
-    of the line after the frame before started (its beats then go back to back, as from a MAC's whole-frame
-    buffer); the line runs on while a frame waits to be taken (its stamp's ``line_ahead``: how far the line got
+    line per clock; 0: none) it plays a line's pace: a frame starts only once the line has carried the frames
+    before it (each its gate's ``line_bits``), and its beats then go back to back, as from a MAC's whole-frame
+    buffer; the line runs on while a frame waits to be taken (its stamp's ``line_ahead``: how far the line got
     ahead, a MAC's backlog) and stops while none waits. At each frame's last beat it
     writes the frame's :data:`FrameStamp` into ``stamps`` at ``f mod frames``, and counts the frame in
     ``taken``. Python may overwrite a word once ``played`` is past every beat in it.
