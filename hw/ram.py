@@ -1,6 +1,5 @@
 """Memories and FIFOs where Amaranth's defaults map poorly onto FPGA RAM: block RAM read without collision
-logic (``BlockRAMReadPort``, ``BlockRAMFIFO``; ``SerialBlockRAMFIFO``, wide entries kept in several words each)
-and a FIFO of two wide entries (``RegisterFIFO``).
+logic (``BlockRAMReadPort``, ``BlockRAMFIFO``) and a FIFO of two wide entries (``RegisterFIFO``).
 
 Amaranth gives a synchronous read port's read of an address written in the same clock the old data. The
 ECP5's block RAM does not promise that across its two ports, so Yosys builds it around every bit: the
