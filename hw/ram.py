@@ -17,12 +17,11 @@ RAM (the 32 header records of the board switch's header store, 514 bits each: 15
 against 258 DPR16X4, 516 LUT4s and 514 flip-flops); ``BlockRAMFIFO`` is.
 """
 
-from amaranth.hdl import Array, Cat, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory, ReadPort
 
-__all__ = ["NO_COLLISION", "IN_BLOCK_RAM", "BlockRAMReadPort", "BlockRAMFIFO", "SerialBlockRAMFIFO", "RegisterFIFO",
-           "increment"]
+__all__ = ["NO_COLLISION", "IN_BLOCK_RAM", "BlockRAMReadPort", "BlockRAMFIFO", "RegisterFIFO", "increment"]
 
 # The attributes of a memory whose reader never reads a word in the clock it is written (the module docstring).
 NO_COLLISION = {"no_rw_check": 1}
@@ -92,90 +91,6 @@ class BlockRAMFIFO(Elaboratable):
             m.d.sync += stored.eq(stored + 1)
         with m.If(do_read & ~do_write):
             m.d.sync += stored.eq(stored - 1)
-        return m
-
-
-class SerialBlockRAMFIFO(Elaboratable):
-    """``SerialBlockRAMFIFO(*, width, depth, words)``: the ports of ``BlockRAMFIFO`` (first word fall through;
-    ``level``; ``w_rdy`` and ``r_rdy`` from registers), each entry kept as ``words`` words of
-    ``ceil(width / words)`` bits in one memory in block RAM of ``(depth - 1) * words`` words, and the output
-    register, for entries that come at most every ``words`` clocks (a record per frame, at 64 bits).
-
-    A 756-bit record takes 21 DP16KD, 36 bits each, however few of their 512 words it uses; in four words, 6.
-    The entry goes in a word a clock: the word of ``w_data`` that is next is written in each clock of ``w_en``
-    while there is room, and the entry is taken (``w_rdy``) in the clock of its last word, so ``w_data`` must
-    stay as it is until then (a stream's rule); no wide register holds it. An entry whose words are all
-    written is read back a word a clock into the output register, a shift register (the word read last, the
-    highest, enters at the top), once that register is empty or being emptied: ``words + 1`` clocks from its
-    start to ``r_rdy``. No word is read in the clock it is written: an entry is read only once it is whole."""
-
-    def __init__(self, *, width, depth, words):
-        if depth < 2:
-            raise ValueError(f"a SerialBlockRAMFIFO holds at least 2 entries, not {depth}")
-        if words < 2:
-            raise ValueError(f"a SerialBlockRAMFIFO keeps an entry in 2 words or more, not {words} (BlockRAMFIFO)")
-        self.width, self.depth, self.words = width, depth, words
-        self.word_bits = -(-width // words)
-        self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
-        self.r_data, self.r_en, self.r_rdy = Signal(width), Signal(), Signal()
-        self.level = Signal(range(depth + 1))
-
-    def elaborate(self, platform):
-        m = Module()
-        k, bits, entries = self.words, self.word_bits, self.depth - 1
-        size = entries * k
-        m.submodules.storage = storage = Memory(shape=bits, depth=size, init=[], attrs=IN_BLOCK_RAM)
-        write, read = storage.write_port(), storage.read_port(domain="comb")
-        padded = Signal(k * bits)
-        m.d.comb += padded.eq(self.w_data)
-
-        # in: the entry's next word each clock of w_en with room; taken with its last word
-        w_word, w_addr = Signal(range(k)), Signal(range(size))
-        held = Signal(range(entries + 1))       # entries whose words are in the memory (being written or read)
-        whole = Signal(range(entries + 1))      # entries written whole and not yet being read
-        room = held != entries
-        writes = self.w_en & room
-        last_word = w_word == k - 1
-        m.d.comb += [
-            self.w_rdy.eq(room & last_word),
-            write.addr.eq(w_addr), write.en.eq(writes),
-            write.data.eq(Array(padded[i * bits:(i + 1) * bits] for i in range(k))[w_word]),
-        ]
-        with m.If(writes):
-            m.d.sync += [w_addr.eq(increment(w_addr, size)), w_word.eq(Mux(last_word, 0, w_word + 1))]
-
-        # out: a whole entry read a word a clock into the output register, once it is empty or being emptied
-        r_word, r_addr = Signal(range(k + 1)), Signal(range(size))     # r_word: words left to read
-        starts = (r_word == 0) & (whole != 0) & (~self.r_rdy | self.r_en)
-        reading = r_word != 0
-        m.d.comb += read.addr.eq(r_addr)
-        with m.If(starts):
-            m.d.sync += r_word.eq(k)
-        shift = Signal(k * bits, reset_less=True)      # the output register; its top word is the RAM's own
-        m.d.comb += self.r_data.eq(shift[:self.width])
-        with m.If(reading):
-            m.d.sync += [r_word.eq(r_word - 1), r_addr.eq(increment(r_addr, size)),
-                         shift.eq(Cat(shift[bits:], read.data))]
-        with m.If(reading & (r_word == 1)):
-            m.d.sync += self.r_rdy.eq(1)
-        with m.Elif(self.r_en):
-            m.d.sync += self.r_rdy.eq(0)
-
-        entry_in = writes & last_word
-        entry_done = reading & (r_word == 1)
-        with m.If(entry_in & ~entry_done):
-            m.d.sync += held.eq(held + 1)
-        with m.If(entry_done & ~entry_in):
-            m.d.sync += held.eq(held - 1)
-        with m.If(entry_in & ~starts):
-            m.d.sync += whole.eq(whole + 1)
-        with m.If(starts & ~entry_in):
-            m.d.sync += whole.eq(whole - 1)
-        taken = self.r_en & self.r_rdy
-        with m.If(entry_in & ~taken):
-            m.d.sync += self.level.eq(self.level + 1)
-        with m.If(taken & ~entry_in):
-            m.d.sync += self.level.eq(self.level - 1)
         return m
 
 

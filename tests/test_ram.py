@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
-from netreduce.hw.ram import NO_COLLISION, BlockRAMFIFO, BlockRAMReadPort, RegisterFIFO, SerialBlockRAMFIFO
+from netreduce.hw.ram import NO_COLLISION, BlockRAMFIFO, BlockRAMReadPort, RegisterFIFO
 
 PORTS = ("w_rdy", "r_rdy", "r_data", "level")
 
@@ -124,72 +124,3 @@ def test_block_ram_read_port_reads_as_a_synchronous_port():
             await ctx.tick()
 
     simulate(m, testbench)
-
-
-@pytest.mark.parametrize("depth, words, width", [(2, 2, 12), (5, 4, 14), (33, 4, 16), (8, 3, 7)])
-@pytest.mark.parametrize("seed", [1, 2])
-def test_serial_block_ram_fifo_keeps_order_and_room(depth, words, width, seed):
-    """Random writes (an entry held until taken, as a stream holds it) and reads, each side idle at times:
-    the entries come out in order and whole; ``level`` counts what is in; ``w_rdy`` only with room for
-    ``depth`` entries in all and only after an entry's ``words`` clocks of ``w_en``; ``r_rdy`` and ``w_rdy``
-    never change with the clock's own ``w_en`` and ``r_en``."""
-    dut = SerialBlockRAMFIFO(width=width, depth=depth, words=words)
-    rng = random.Random(seed)
-    read_back = []
-
-    async def testbench(ctx):
-        entry, inside, presented = 1, 0, 0
-        for clock in range(4000):
-            phase = (clock // 300) % 3          # writes outpace reads, then the other way, then even
-            w_en = presented > 0 or rng.random() < (0.9, 0.3, 0.6)[phase]
-            r_en = rng.random() < (0.3, 0.9, 0.6)[phase]
-            ctx.set(dut.w_data, entry)
-            ctx.set(dut.w_en, w_en)
-            ctx.set(dut.r_en, r_en)
-            w_rdy, r_rdy = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy)
-            for w_other, r_other in ((not w_en, not r_en), (w_en, r_en)):       # no path from the enables
-                ctx.set(dut.w_en, w_other)
-                ctx.set(dut.r_en, r_other)
-                assert (ctx.get(dut.w_rdy), ctx.get(dut.r_rdy)) == (w_rdy, r_rdy), clock
-            assert ctx.get(dut.level) == inside
-            presented = presented + 1 if w_en else presented
-            if w_en and w_rdy:
-                assert presented >= words and inside < depth, (clock, presented, inside)
-                entry = entry % ((1 << width) - 1) + 1
-                presented, inside = 0, inside + 1
-            if r_en and r_rdy:
-                read_back.append(ctx.get(dut.r_data))
-                inside -= 1
-            await ctx.tick()
-
-    simulate(dut, testbench)
-    top = (1 << width) - 1
-    assert read_back == [i % top + 1 for i in range(len(read_back))]
-    assert len(read_back) > 4000 // (words + 1) // 3
-
-
-@pytest.mark.parametrize("words", [2, 4])
-def test_serial_block_ram_fifo_passes_an_entry_every_words_plus_one_clocks(words):
-    """Both sides always busy: an entry in every ``words`` clocks until the memory is full, one out every
-    ``words + 1`` clocks; filled alone, it holds ``depth`` entries, the last in the output register."""
-    depth = 6
-    dut = SerialBlockRAMFIFO(width=20, depth=depth, words=words)
-    taken_in, taken_out = [], []
-
-    async def testbench(ctx):
-        ctx.set(dut.w_en, 1)
-        for clock in range(200):
-            ctx.set(dut.w_data, len(taken_in) + 1)
-            ctx.set(dut.r_en, clock >= 100)
-            if ctx.get(dut.w_rdy):
-                taken_in.append(clock)
-            if clock >= 100 and ctx.get(dut.r_rdy):
-                taken_out.append(ctx.get(dut.r_data))
-            await ctx.tick()
-            if clock == 99:
-                assert len(taken_in) == depth and ctx.get(dut.level) == depth
-
-    simulate(dut, testbench)
-    assert taken_in[:depth] == [words - 1 + words * i for i in range(depth)]
-    assert taken_out == list(range(1, len(taken_out) + 1))
-    assert len(taken_out) == 100 // (words + 1) or len(taken_out) == 100 // (words + 1) + 1

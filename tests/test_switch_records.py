@@ -3,9 +3,7 @@ fate, and applied in frame order.
 
 Random header records go in with idle clocks and out to the match with backpressure; a fate for each, in the
 same order, with fates of no frame among them, comes in on its own stream with idle clocks of its own, and
-the records of the frames that go on are taken with backpressure. The match takes records with backpressure,
-or as ``match.ConnectionMatch`` does, only once it has been offered one for some clocks. The queue keeps each
-record whole, or in ``RECORD_WORDS`` words (as on a 64-bit switch). The queue is a few records deep here: with
+the records of the frames that go on are taken with backpressure. The queue is a few records deep here: with
 the records ahead of their fates it fills and holds the parser back; with the fates ahead, each waits for its
 record. With and without IPv6 (then the parser's records have no IPv6 address bits above the low 32 and no
 flow label: the parser contract's rule 9). Checked against the module's contract:
@@ -23,7 +21,7 @@ import pytest
 
 from netreduce.hw.stream import ParsedHeader
 from netreduce.hw.switch.emitter import StoredHeader, stored_header_fields
-from netreduce.hw.switch.records import RECORD_WORDS, Fate, HeaderRecords, record_words
+from netreduce.hw.switch.records import Fate, HeaderRecords
 from netreduce.sim.amaranth_streams import collect_records, run, send_records
 from netreduce.wire import GAP_PSN_SHIFT, PARSED_HEADER_FIELDS
 
@@ -65,49 +63,30 @@ def expected_events(records, fates):
     return headers, events
 
 
-def collect_as_the_match(stream, out, *, clocks=3):
-    """Takes each record as ``match.ConnectionMatch`` does: ``ready`` only once the record has been offered for
-    ``clocks`` clocks (it compares the record first)."""
-    async def process(ctx):
-        offered = 0
-        while True:
-            ready = offered >= clocks
-            ctx.set(stream.ready, ready)
-            if ctx.get(stream.valid):
-                if ready:
-                    out.append(ctx.get(stream.payload))
-                offered = 0 if ready else offered + 1
-            await ctx.tick()
-    return process
-
-
 def as_dict(view, layout):
     return {name: int(getattr(view, name)) for name in layout.members}
 
 
-@pytest.mark.parametrize("words", [1, RECORD_WORDS])
-@pytest.mark.parametrize("records_idle, fates_idle, ipv6, match", [
-    (0.1, 0.6, True, "backpressure"), (0.6, 0.05, True, "backpressure"), (0.1, 0.6, False, "backpressure"),
-    (0.1, 0.9, True, "compares first")])
-def test_each_record_goes_where_its_fate_says_in_frame_order(records_idle, fates_idle, ipv6, match, words):
+@pytest.mark.parametrize("records_idle, fates_idle, ipv6", [(0.1, 0.6, True), (0.6, 0.05, True), (0.1, 0.6, False)])
+def test_each_record_goes_where_its_fate_says_in_frame_order(records_idle, fates_idle, ipv6):
     rng = random.Random(11)
     records, fates = scenario(rng, 120, ipv6)
-    dut = HeaderRecords(store_entries=ENTRIES, ipv6=ipv6, words=words, depth=DEPTH)
+    dut = HeaderRecords(store_entries=ENTRIES, ipv6=ipv6, depth=DEPTH)
     to_match, to_emitter, events, stalled, waited = [], [], [], [], []
 
     async def watch(ctx):
         """The store's writes and ``stored`` strobes, a write before a strobe of the same clock; and whether the
-        parser was ever held back by a full queue (a record offered and not taken, the match taking it or done), and
-        whether a fate of a frame ever waited for its record."""
-        async for _, _, en, addr, value, stored, i_valid, i_ready, o_valid, o_ready, fate_valid, fate_ready, fate in \
+        parser was ever held back by a full queue (a record offered, not taken, the match ready), and whether a
+        fate of a frame ever waited for its record."""
+        async for _, _, en, addr, value, stored, i_valid, i_ready, o_ready, fate_valid, fate_ready, fate in \
                 ctx.tick().sample(dut.store_write.en, dut.store_write.addr, dut.store_write.data, dut.stored,
-                                  dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.fates.valid,
-                                  dut.fates.ready, dut.fates.payload):
+                                  dut.i.valid, dut.i.ready, dut.o.ready, dut.fates.valid, dut.fates.ready,
+                                  dut.fates.payload):
             if en:
                 events.append(("write", int(addr), as_dict(value, StoredHeader)))
             if stored:
                 events.append(("stored",))
-            if i_valid and not i_ready and (o_ready or not o_valid):     # the match takes it, or has taken it
+            if i_valid and o_ready and not i_ready:
                 stalled.append(True)
             if fate_valid and not fate_ready and fate.fate in (Fate.DROP, Fate.STORE):
                 waited.append(True)
@@ -122,8 +101,7 @@ def test_each_record_goes_where_its_fate_says_in_frame_order(records_idle, fates
         return len(settled) > 20
     run(dut, [send_records(dut.i, [ParsedHeader.const(r) for r in records], idle=records_idle, seed=1),
               send_records(dut.fates, [dut.Fate.const(f) for f in fates], idle=fates_idle, seed=2)],
-        [collect_records(dut.o, to_match, backpressure=0.2, seed=3) if match == "backpressure"
-         else collect_as_the_match(dut.o, to_match),
+        [collect_records(dut.o, to_match, backpressure=0.2, seed=3),
          collect_records(dut.headers, to_emitter, backpressure=0.4, seed=4), watch],
         until_idle=done, max_cycles=5_000)
     assert [as_dict(r, ParsedHeader) for r in to_match] == records
@@ -133,9 +111,3 @@ def test_each_record_goes_where_its_fate_says_in_frame_order(records_idle, fates
         assert stalled, "the queue never filled: the scenario does not test that it holds the parser back"
     else:
         assert waited, "no fate waited for its record: the scenario does not test it"
-
-
-def test_a_record_is_kept_in_words_where_the_smallest_frame_leaves_the_clocks():
-    """Four words a record at 64 bits (the smallest frame is 8 beats: a record in 4 clocks and out in 5 keeps up
-    with it); whole at 256 bits and wider (the smallest frame is 2 beats or 1)."""
-    assert [record_words(width) for width in (64, 256, 512, 1024)] == [RECORD_WORDS, 1, 1, 1]

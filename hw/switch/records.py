@@ -18,9 +18,8 @@ A fate with ``results`` says that a RESULTS descriptor that is not a resend was 
 results read the header store: ``stored`` strobes once that fate's record is stored, so the emitter takes
 each such descriptor only once every contribution before it is in the store (``emitter.Emitter``).
 
-The records go on to the match (``o``) as they come in (``i``): a record is taken from the parser once both the match
-and the queue have taken it, each in its own clock (the match once it has compared the record, the queue once the
-record's words are written). Without IPv6 (``ipv6=False``, as the parser is built) the queue holds only the bits the
+The records go on to the match (``o``) as they come in (``i``): a record is taken from the parser only when both the
+match and the queue take it. Without IPv6 (``ipv6=False``, as the parser is built) the queue holds only the bits the
 parser can set: not the IPv6 addresses' upper 96 bits nor the flow label, which are zero (the parser contract's rule
 9; Yosys cannot see that in bits read from the parser's block RAM). The queue holds ``depth`` records: the frames
 between the parser and the monitor's fates (the match's queue, the frame in the monitor, the fates not yet applied,
@@ -34,23 +33,14 @@ from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ...wire import ETH_MIN_FRAME, GAP_PSN_SHIFT, PARSED_HEADER_FIELDS
-from ..ram import BlockRAMFIFO, SerialBlockRAMFIFO
+from ...wire import GAP_PSN_SHIFT, PARSED_HEADER_FIELDS
+from ..ram import BlockRAMFIFO
 from ..stream import ParsedHeader
 from .emitter import StoredHeader, stored_header
 
-__all__ = ["HeaderRecords", "Fate", "fate_layout", "RECORD_DEPTH", "RECORD_WORDS", "record_words"]
+__all__ = ["HeaderRecords", "Fate", "fate_layout", "RECORD_DEPTH"]
 
-RECORD_DEPTH = 512          # words held: one block RAM's on the ECP5 (DP16KD, 512 x 36)
-RECORD_WORDS = 4            # the most words a record is kept in (``record_words``)
-
-
-def record_words(width):
-    """The words the queue keeps a record in on a ``width``-bit switch: ``RECORD_WORDS`` where the smallest frame
-    (``ETH_MIN_FRAME``) takes more than ``RECORD_WORDS`` beats, so that a record a frame goes in and out at the
-    rate of back-to-back smallest frames (``hw.ram.SerialBlockRAMFIFO``: an entry in each ``words`` clocks, out
-    in each ``words + 1``); else 1 (the record whole, in a ``BlockRAMFIFO``)."""
-    return RECORD_WORDS if -(-ETH_MIN_FRAME // (width // 8)) > RECORD_WORDS else 1
+RECORD_DEPTH = 512          # records held: one block RAM's words on the ECP5 (DP16KD, 512 x 36)
 
 
 class Fate(enum.Enum, shape=2):
@@ -74,15 +64,13 @@ def fate_layout(store_entries):
 
 
 class HeaderRecords(wiring.Component):
-    """``HeaderRecords(*, store_entries, ipv6=True, words=1, depth=None)``. Ports: ``i`` (the parser's records) in,
-    ``o`` (the same, to the match) out; ``fates`` in; ``headers`` (to the emitter), ``store_write`` (the header
-    store's write port, of ``store_entries`` entries) and ``stored`` out (the module's docstring); ``ipv6``: as the
-    parser is built; ``words``: the words the queue keeps a record in (``record_words``), each record then taken
-    from ``i`` and handed to ``o`` in the clock of its last word; the queue holds ``depth`` records (``RECORD_DEPTH
-    // words`` by default: one block RAM's words)."""
+    """``HeaderRecords(*, store_entries, ipv6=True, depth=RECORD_DEPTH)``. Ports: ``i`` (the parser's records)
+    in, ``o`` (the same, to the match) out; ``fates`` in; ``headers`` (to the emitter), ``store_write`` (the
+    header store's write port, of ``store_entries`` entries) and ``stored`` out (the module's docstring);
+    ``ipv6``: as the parser is built."""
 
-    def __init__(self, *, store_entries, ipv6=True, words=1, depth=None):
-        self.words, self.depth, self.kept = words, depth or RECORD_DEPTH // words, kept_bits(ipv6)
+    def __init__(self, *, store_entries, ipv6=True, depth=RECORD_DEPTH):
+        self.depth, self.kept = depth, kept_bits(ipv6)
         self.Fate = fate_layout(store_entries)
         super().__init__({
             "i": In(stream.Signature(ParsedHeader)),
@@ -95,28 +83,16 @@ class HeaderRecords(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        width = sum(bits for _, bits in self.kept)
-        m.submodules.queue = queue = (BlockRAMFIFO(width=width, depth=self.depth) if self.words == 1 else
-                                      SerialBlockRAMFIFO(width=width, depth=self.depth, words=self.words))
+        m.submodules.queue = queue = BlockRAMFIFO(width=sum(bits for _, bits in self.kept), depth=self.depth)
 
-        # in: each record to the match and into the queue, each taking it in its own time (the match once it has
-        # compared it, the queue once its words are written), and from the parser once both have
-        matched, queued = Signal(), Signal()
-        both = self.i.valid & self.i.ready
+        # in: each record to the match and into the queue, in the same clock
         m.d.comb += [
             self.o.payload.eq(self.i.payload),
-            self.o.valid.eq(self.i.valid & ~matched),
+            self.o.valid.eq(self.i.valid & queue.w_rdy),
             queue.w_data.eq(Cat(*[getattr(self.i.payload, name)[:bits] for name, bits in self.kept])),
-            queue.w_en.eq(self.i.valid & ~queued),
-            self.i.ready.eq((matched | self.o.ready) & (queued | queue.w_rdy)),
+            queue.w_en.eq(self.i.valid & self.o.ready),
+            self.i.ready.eq(self.o.ready & queue.w_rdy),
         ]
-        with m.If(both):
-            m.d.sync += [matched.eq(0), queued.eq(0)]
-        with m.Else():
-            with m.If(self.o.valid & self.o.ready):
-                m.d.sync += matched.eq(1)
-            with m.If(queue.w_en & queue.w_rdy):
-                m.d.sync += queued.eq(1)
 
         # out: the fate at the head applied to the record at the head (a fate of no frame takes none)
         fate, record = self.fates.payload, Signal(ParsedHeader)

@@ -70,7 +70,7 @@ from .forwarding import ForwardingTable
 from .management import ManagementAgent
 from .match import ConnectionMatch
 from .monitor import StatusMonitor
-from .records import HeaderRecords, record_words
+from .records import HeaderRecords
 from .registers import SwitchRegisters
 
 __all__ = ["NetReduceSwitch", "csr_signature"]
@@ -242,7 +242,7 @@ class NetReduceSwitch(wiring.Component):
         wiring.connect(m, arbiter.o, parser.i)
         # every header record waits in ``records`` for its frame's fate; the match, and from it the monitor, see
         # the fields they decide on
-        m.submodules.records = records = HeaderRecords(store_entries=S * N, ipv6=self.ipv6, words=record_words(W))
+        m.submodules.records = records = HeaderRecords(store_entries=S * N, ipv6=self.ipv6)
         wiring.connect(m, parser.hdr, records.i)
         m.submodules.match = match = ConnectionMatch(jobs=J, workers=N, ports=self.ports, management=self.management,
                                                      header_clocks=-(-ETH_MIN_FRAME // (W // 8)))
