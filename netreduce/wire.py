@@ -34,14 +34,13 @@ ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_VLAN = 0x8100
 ETH_MIN_FRAME = 60      # bytes, without the FCS: shorter frames are padded by the sender
 ETH_LINE_OVERHEAD = 24  # bytes a frame takes on the line besides its own: FCS 4, preamble and SFD 8, gap 12
+ICRC_BYTES = 4
 
 
 def line_bytes(length):
     """The bytes' time a frame of ``length`` bytes (without its FCS) takes on an Ethernet line."""
     return max(length, ETH_MIN_FRAME) + ETH_LINE_OVERHEAD
 
-
-ICRC_BYTES = 4
 
 # --- header tables: (name, width in bits), network order ------------------------------------------
 
