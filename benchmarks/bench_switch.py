@@ -91,7 +91,8 @@ from netreduce.tb.harness import run_switch
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
 FORWARDED_FRAMES = 400
 LINE_GBPS, CARD_MHZ = 100, 250      # ``--card``: the Alveo's QSFP28 lines, its switch's clock (``SwitchOnAlveo``)
-CARD_FRAME_SIZES = (60, 128, 256, 576, 1024, 1500)
+CARD_FRAME_SIZES = (60, 128, 256, 260, 576, 1024, 1500)
+CARD_FRAMES = 3000
 WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's bytes in the credit window
 SYNTH_MESSAGE_SLOTS = 8
 PORT_COUNTS = {64: [1, 2, 4], 512: [1, 2]}      # the multi-port runs of each width
@@ -124,15 +125,15 @@ def forwarded_frame(size, dport, to):
                             src_ip="10.1.0.1", dst_ip=to.ip, dest_qp=0x77)
 
 
-def smallest_frames_on_every_port(workers, width, ports, size=60):
-    """Back-to-back frames of ``size`` bytes (60: the smallest) of no connection into every one of ``ports``
-    ports at once, port p's to a host on port p + 1 (mod P): a recording for ``run_measure(...,
+def smallest_frames_on_every_port(workers, width, ports, size=60, count=FORWARDED_FRAMES):
+    """Back-to-back frames of ``size`` bytes (60: the smallest) of no connection, ``count`` into every one of
+    ``ports`` ports at once, port p's to a host on port p + 1 (mod P): a recording for ``run_measure(...,
     ports_at_once=True)``."""
     network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=MTU, message_packets=MESSAGE_PACKETS,
                                     message_slots=MESSAGE_SLOTS, width=width, ports=ports)
     on_port = {host.port: host.address for host in reversed(network.hosts)}    # the first host of each port
     frames, into = [], []
-    for _ in range(FORWARDED_FRAMES):
+    for _ in range(count):
         for p in range(ports):
             frames.append(forwarded_frame(size, 9, on_port[(p + 1) % ports]))
             into.append(p)
@@ -140,8 +141,8 @@ def smallest_frames_on_every_port(workers, width, ports, size=60):
     return record_frames(network.switch_config, frames, ports=into)
 
 
-def acks_on_every_port(workers, width, ports):
-    """Back-to-back ACKs of registered connections into every one of ``ports`` ports at once, each on its
+def acks_on_every_port(workers, width, ports, count=FORWARDED_FRAMES):
+    """Back-to-back ACKs of registered connections, ``count`` into every one of ``ports`` ports at once, each on its
     connection's responder port, bound to it (PSN one before its first: it delivers nothing new, and the
     switch forwards it after its lookup): a recording for ``run_measure(..., ports_at_once=True)``."""
     network, _, _ = build_allreduce(workers=workers, nbytes=64, mtu=MTU, message_packets=MESSAGE_PACKETS,
@@ -149,7 +150,7 @@ def acks_on_every_port(workers, width, ports):
     by_port = {p: [c for c in network.switch_config.connections if c.responder_port == p] for p in range(ports)}
     assert all(by_port.values()), "a port with no connection's responder"
     frames, into = [], []
-    for n in range(FORWARDED_FRAMES):
+    for n in range(count):
         for p in range(ports):
             conn = by_port[p][n % len(by_port[p])]
             frames.append(build_ack((conn.start_psn - 1) % (1 << 24), 1, eth_src=conn.responder_mac,
@@ -247,10 +248,12 @@ def measure_narrow_ports(port_width, width, workers, nbytes, ports):
 def measure_card(workers, nbytes):
     """The Alveo top's switch (``netreduce.hw.alveo``: two 512-bit ports into the 1,024-bit core) at the card's
     clocks: each port's frames at the pace of a 100 Gb/s line (``LINE_GBPS``) into the switch's clock of
-    ``CARD_MHZ``, both ports at once; the all-reduce of ``workers`` over the two ports, back-to-back frames of
-    no connection of each of ``CARD_FRAME_SIZES`` bytes, and back-to-back ACKs. Each port's
-    ``line_backlog_bytes`` is what its receive ``FrameFilter`` would have held; it holds ``receive_buffer_bytes``
-    and drops whole frames beyond."""
+    ``CARD_MHZ``, both ports at once; the all-reduce of ``workers`` over the two ports, ``CARD_FRAMES``
+    back-to-back frames of no connection of each of ``CARD_FRAME_SIZES`` bytes into each port, and as many
+    back-to-back ACKs. Each port's ``line_backlog_bytes`` is what its receive ``FrameFilter`` would have held; it
+    holds ``receive_buffer_bytes`` and drops whole frames beyond. (The switch's own whole-frame buffers, two of
+    its longest frames a port, take what its core does not keep up with first: ``CARD_FRAMES`` are enough to
+    fill them, so that a line the core does not keep up with shows as a backlog that grows with the run.)"""
     from netreduce.hw.alveo import CORE_WIDTH, WIDTH, filter_beats
     line_rate = round(LINE_GBPS * 1000 / CARD_MHZ)
     switch = NetReduceSwitch(width=CORE_WIDTH, port_width=WIDTH, workers=workers, jobs=1, ports=2, mtu=MTU,
@@ -263,8 +266,8 @@ def measure_card(workers, nbytes):
               "receive_buffer_bytes": filter_beats(switch) * WIDTH // 8,
               "allreduce": paced(scenario(workers, nbytes, WIDTH, ports=2))}
     for size in CARD_FRAME_SIZES:
-        result[f"plain_{size}"] = paced(smallest_frames_on_every_port(workers, WIDTH, 2, size))
-    result["acks"] = paced(acks_on_every_port(workers, WIDTH, 2))
+        result[f"plain_{size}"] = paced(smallest_frames_on_every_port(workers, WIDTH, 2, size, CARD_FRAMES))
+    result["acks"] = paced(acks_on_every_port(workers, WIDTH, 2, CARD_FRAMES))
     return result
 
 
