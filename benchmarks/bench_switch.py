@@ -35,9 +35,9 @@
   where the core is at least twice the ports' bits together); without ``--narrow-core`` the 512-bit core, and
   no run at all if ``--width`` names none.
 - 512-bit ports into a 1,024-bit core (``512b_ports_1024b_core``; ``--wide-core``, default none: P = 1, 2):
-  ``NetReduceSwitch(port_width=512, width=1024)`` (frames of two port beats or more at line rate on every port
-  at once, frames of one at one a clock in all); the same figures as for the 64-bit ports above, in the
-  ports' beats.
+  ``NetReduceSwitch(port_width=512, width=1024)`` (frames of an even number of port beats at line rate on
+  every port at once, of an odd number b at b/(b + 1) of it, frames of one at one a clock in all); the same
+  figures as for the 64-bit ports above, in the ports' beats.
 - The card (``card_512b_ports_1024b_core_100g``; ``--card``): the Alveo top's switch (two 512-bit ports into
   the 1,024-bit core) with each port's frames at the pace of a 100 Gb/s line into its 250 MHz clock (400
   bits a clock; ``tb.harness.Player``'s line pace: a frame no sooner than the line has carried the frames

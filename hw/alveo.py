@@ -15,9 +15,9 @@ through an MMCM (``mmcm_config``), the switch's clock ``sync`` (``sys_mhz``); ea
 receive FIFO is on and ``rx_clk`` is that clock).
 
 Each port, into the switch's 1,024-bit core (``NetReduceSwitch(width=1024, port_width=512, ports=2, **switch)``:
-two 512-bit ports, each storing whole frames that the core takes two port beats a clock, so that both ports are
-at line rate at once for every frame of two port beats or more, docs/ARCHITECTURE.md "Ports narrower than the
-core"; a core of the ports' width would carry one port's worth in all):
+two 512-bit ports, each storing whole frames that the core takes two port beats a clock, so that at 250 MHz both
+100 Gb/s lines are kept up with at once for the all-reduce and every frame of 576 bytes or more, where a core of
+the ports' width would carry one line's worth and a quarter in all; docs/ARCHITECTURE.md, "A 100G card"):
 
 receive (``cmac<p>``)
     ``rx_axis`` (no ``tready``: nothing behind it may refuse a beat) -> ``FrameFilter`` (whole frames

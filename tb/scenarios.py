@@ -34,7 +34,7 @@ SWITCH_BUILDS = {
     "fp32x512p64": dict(width=512, port_width=64, workers=4, jobs=2, dtype="fp32", ports=4),
     # two 64-bit ports into the 256-bit core: the same at the size of a mid-range FPGA
     "fp32x256p64": dict(width=256, port_width=64, workers=4, jobs=2, dtype="fp32", ports=2),
-    # two 512-bit ports into the 1,024-bit core (frames of two port beats or more at line rate on both at once)
+    # two 512-bit ports into the 1,024-bit core (frames of an even number of port beats at line rate on both)
     "fp32x1024p512": dict(width=1024, port_width=512, workers=4, jobs=2, dtype="fp32", ports=2),
     "fp16x64": dict(width=64, workers=4, jobs=1, dtype="fp16", ipv6=False),   # (without IPv6 RoCE)
 }

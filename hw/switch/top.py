@@ -82,8 +82,8 @@ class NetReduceSwitch(wiring.Component):
     """The switch, one port. Parameters (checked here):
 
     - ``width``: datapath bits, 64, 256, 512 or 1024 (``netreduce.wire.SWITCH_WIDTHS``; 256: a core behind
-      two 64-bit ports, 1024: behind two 512-bit ports, where frames of two port beats or more go at line rate
-      on both at once, frames of one at one a clock in all);
+      two 64-bit ports, 1024: behind two 512-bit ports, where frames of an even number of port beats go at line
+      rate on both at once, of an odd number b at b/(b + 1) of it, frames of one at one a clock in all);
     - ``workers`` N: the most workers of a job (1..16); ``jobs`` J: jobs at once (1..16);
     - ``dtype``: the element format of every job (fp32, bf16, fp16); ``ftz``: flush subnormals;
     - ``mtu``: the largest payload of a packet in bytes; ``message_packets`` M; ``message_slots`` K, a
