@@ -235,10 +235,17 @@ def test_a_step_left_early_stops_its_tool(tmp_path):
         run_step("routing", "sleep 30 & echo $! > child; wait", tmp_path, dict(os.environ), every=0.2,
                  give_up=interrupt)
     child = int((tmp_path / "child").read_text())
-    for _ in range(40):         # (the orphaned sleep is reaped by init once stopped)
+
+    def stopped():
+        """Gone, or a zombie: a stopped orphan stays one until the machine's init reaps it, which may take a while
+        on a loaded machine (a container's init may be slow to)."""
         try:
-            os.kill(child, 0)
-        except ProcessLookupError:
+            with open(f"/proc/{child}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+    for _ in range(200):
+        if stopped():
             break
         time.sleep(0.05)
     else:
