@@ -125,7 +125,7 @@ def forwarded_frame(size, dport, to):
                             src_ip="10.1.0.1", dst_ip=to.ip, dest_qp=0x77)
 
 
-def smallest_frames_on_every_port(workers, width, ports, size=60, count=FORWARDED_FRAMES):
+def frames_on_every_port(workers, width, ports, size=60, count=FORWARDED_FRAMES):
     """Back-to-back frames of ``size`` bytes (60: the smallest) of no connection, ``count`` into every one of
     ``ports`` ports at once, port p's to a host on port p + 1 (mod P): a recording for ``run_measure(...,
     ports_at_once=True)``."""
@@ -237,7 +237,7 @@ def measure_narrow_ports(port_width, width, workers, nbytes, ports):
     result = {"allreduce": port_figures(run_measure(switch, scenario(workers, nbytes, port_width, ports=ports),
                                                     workers, ports_at_once=True))}
     if ports > 1:
-        result["smallest"] = port_figures(run_measure(switch, smallest_frames_on_every_port(workers, port_width,
+        result["smallest"] = port_figures(run_measure(switch, frames_on_every_port(workers, port_width,
                                                                                             ports),
                                                       workers, ports_at_once=True))
     result["acks"] = port_figures(run_measure(switch, acks_on_every_port(workers, port_width, ports), workers,
@@ -266,16 +266,16 @@ def measure_card(workers, nbytes):
               "receive_buffer_bytes": filter_beats(switch) * WIDTH // 8,
               "allreduce": paced(scenario(workers, nbytes, WIDTH, ports=2))}
     for size in CARD_FRAME_SIZES:
-        result[f"plain_{size}"] = paced(smallest_frames_on_every_port(workers, WIDTH, 2, size, CARD_FRAMES))
+        result[f"plain_{size}"] = paced(frames_on_every_port(workers, WIDTH, 2, size, CARD_FRAMES))
     result["acks"] = paced(acks_on_every_port(workers, WIDTH, 2, CARD_FRAMES))
     return result
 
 
 def measure_smallest(width, workers, ports):
-    """``smallest_frames_on_every_port`` through the ``ports``-port switch: aggregate and per-port rates."""
+    """``frames_on_every_port`` through the ``ports``-port switch: aggregate and per-port rates."""
     switch = NetReduceSwitch(width=width, workers=workers, jobs=1, ports=ports, mtu=MTU,
                              message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
-    return port_figures(run_measure(switch, smallest_frames_on_every_port(workers, width, ports), workers,
+    return port_figures(run_measure(switch, frames_on_every_port(workers, width, ports), workers,
                                     ports_at_once=True))
 
 

@@ -32,16 +32,17 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..wire import ETH_FCS_BYTES, ETH_GAP_BYTES, ETH_MIN_FRAME, ETH_PREAMBLE_BYTES
 from .crc import RAW_RESIDUE, crc_update
 from .fp.adder import check_int
 
 __all__ = ["MacByte", "TxByte", "GmiiRx", "GmiiTx", "PREAMBLE", "SFD", "MIN_FRAME", "IFG_CLOCKS"]
 
 PREAMBLE, SFD = 0x55, 0xD5
-MIN_FRAME = 64                  # bytes of the shortest frame, FCS included
-FCS_BYTES = 4
-PREAMBLE_BYTES = 7
-IFG_CLOCKS = 12                 # the inter-frame gap: 96 bit times
+MIN_FRAME = ETH_MIN_FRAME + ETH_FCS_BYTES     # bytes of the shortest frame, FCS included (64)
+FCS_BYTES = ETH_FCS_BYTES
+PREAMBLE_BYTES = ETH_PREAMBLE_BYTES
+IFG_CLOCKS = ETH_GAP_BYTES      # the inter-frame gap: 96 bit times, a byte a clock
 COUNTER_BITS = 32
 CRC_INIT = 0xFFFFFFFF           # the raw CRC state before a frame's first byte (hw/crc.py conventions)
 

@@ -25,7 +25,8 @@ __all__ = [
     "MANAGEMENT_PACKET", "MANAGEMENT_MAGIC", "MANAGEMENT_VERSION", "MANAGEMENT_PORT", "ManagementOp",
     "MANAGEMENT_REPLY", "ManagementAddress",
     "PSN_MODULUS", "psn_distance", "MSG_SEQ_MODULUS", "msg_distance", "GAP_PSN_SHIFT",
-    "RC_WRITE_OPCODES", "UC_WRITE_OPCODES", "AethSyndrome", "ETH_LINE_OVERHEAD", "line_bytes",
+    "RC_WRITE_OPCODES", "UC_WRITE_OPCODES", "AethSyndrome", "ETH_FCS_BYTES", "ETH_PREAMBLE_BYTES",
+    "ETH_GAP_BYTES", "ETH_LINE_OVERHEAD", "line_bytes",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -33,7 +34,11 @@ ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_VLAN = 0x8100
 ETH_MIN_FRAME = 60      # bytes, without the FCS: shorter frames are padded by the sender
-ETH_LINE_OVERHEAD = 24  # bytes a frame takes on the line besides its own: FCS 4, preamble and SFD 8, gap 12
+ETH_FCS_BYTES = 4
+ETH_PREAMBLE_BYTES = 7  # 0x55 each, then the SFD
+ETH_GAP_BYTES = 12      # the inter-frame gap: 96 bit times
+# bytes a frame takes on the line besides its own: FCS, preamble and SFD, gap
+ETH_LINE_OVERHEAD = ETH_FCS_BYTES + ETH_PREAMBLE_BYTES + 1 + ETH_GAP_BYTES
 ICRC_BYTES = 4
 
 

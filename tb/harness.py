@@ -157,8 +157,8 @@ class Player(wiring.Component):
                 m.d.sync += line.eq(Mux(refilled < 0, refilled, 0))
         open_gate &= (self.line_rate == 0) | (line >= 0)
         line_ahead = Signal(32)     # the line's bits past this frame's start when it started: a MAC's backlog
-        with m.If(starts):
-            m.d.sync += line_ahead.eq(Mux(self.line_rate != 0, line, 0))
+        with m.If(starts):      # (``line`` stays 0 without a line pace)
+            m.d.sync += line_ahead.eq(line)
         lane_bits = exact_log2(self.lanes)
         m.d.comb += [
             pauses.threshold.eq(self.idle),
@@ -182,7 +182,7 @@ class Player(wiring.Component):
                     stamp.data.first.eq(Mux(inside, first, self.cycle)),
                     stamp.data.last.eq(self.cycle),
                     stamp.data.refused.eq(refused),
-                    stamp.data.line_ahead.eq(Mux(inside, line_ahead, Mux(self.line_rate != 0, line, 0))),
+                    stamp.data.line_ahead.eq(Mux(inside, line_ahead, line)),
                 ]
                 m.d.sync += [self.taken.eq(self.taken + 1), refused.eq(0)]
         return m
