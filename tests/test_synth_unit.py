@@ -164,6 +164,17 @@ CONVERGED = [44580, 25053, 13790, 7957, 4694, 3008, 2058, 1444, 1103, 861, 712, 
              18, 16, 20, 14, 20, 19, 19, 12, 11, 8, 7, 4, 5, 6, 4, 3, 3, 3, 3, 4, 3, 3, 3, 5, 5, 4, 7, 4, 7, 5,
              5, 5, 5, 4, 3, 3, 4, 3, 3, 3, 2, 2, 2, 2, 2, 2, 4, 2, 4, 2, 2, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
              1, 1, 1, 0]
+# and of a ButterStick build that never routed (seed 1, the records' queue of a60ec93): its lowest, 3 wires at
+# the 119th iteration, then wandering back up (past 100 by its 390th, where it was stopped by hand)
+WANDERED = [46499, 27677, 15687, 9278, 5824, 3815, 2679, 2076, 1504, 1291, 1041, 886, 746, 677, 554, 471, 429, 382,
+            377, 337, 305, 291, 279, 245, 227, 197, 182, 154, 131, 120, 108, 94, 96, 92, 96, 87, 75, 73, 83, 91, 66,
+            62, 65, 65, 66, 54, 65, 55, 58, 56, 58, 49, 54, 55, 54, 51, 47, 40, 48, 40, 46, 37, 38, 26, 27, 26, 25,
+            27, 27, 24, 22, 23, 24, 21, 22, 25, 27, 25, 29, 25, 28, 29, 34, 22, 20, 20, 20, 16, 17, 19, 23, 27, 17,
+            22, 21, 17, 19, 19, 16, 14, 9, 10, 9, 11, 11, 10, 12, 11, 13, 12, 10, 11, 9, 9, 5, 8, 5, 4, 3, 6, 6, 7, 4,
+            7, 10, 7, 9, 11, 11, 16, 16, 16, 19, 17, 17, 11, 9, 7, 6, 7, 9, 11, 12, 12, 10, 12, 11, 15, 20, 14, 19,
+            21, 23, 27, 22, 25, 24, 22, 19, 21, 22, 27, 24, 24, 24, 23, 18, 20, 21, 25, 20, 24, 25, 24, 23, 24, 28,
+            28, 26, 29, 25, 26, 33, 32, 37, 34, 30, 28, 25, 24, 26, 26, 21, 25, 22, 29, 26, 27, 22, 21, 24, 24, 18,
+            17, 20, 19, 18, 15, 26, 24, 21, 23, 24, 20, 23, 24, 29, 24, 25, 25]
 
 
 def router_log(overused):
@@ -177,8 +188,9 @@ def router_log(overused):
 def test_a_router_that_diverges_is_told_from_one_that_converges():
     """``router_diverges``: the run that never routed is given up at the first iteration 10 or more after its
     lowest count (597, the 24th) where the count is 1.5 times that (912, the 35th), and not before; a count
-    that stays, 25 iterations after its lowest; the run that routed never, neither are counts below 100 at
-    their lowest however they wander, nor a log with no router iteration."""
+    that stays, 25 iterations after its lowest; a run whose lowest is below 100, 100 iterations after it (not
+    25: the run that routed went 24 without a new lowest); the run that routed never, nor a log with no router
+    iteration."""
     from netreduce.commands.build import router_diverges
     verdicts = [router_diverges(router_log(DIVERGED[:n])) for n in range(1, len(DIVERGED) + 1)]
     assert verdicts.index(next(v for v in verdicts if v)) == 34
@@ -186,6 +198,10 @@ def test_a_router_that_diverges_is_told_from_one_that_converges():
                            "912 by iteration 35"
     assert not any(router_diverges(router_log(CONVERGED[:n])) for n in range(1, len(CONVERGED) + 1))
     assert router_diverges(router_log([500, 99] + [98] * 10 + [400] * 20)) is None
+    verdicts = [router_diverges(router_log(WANDERED[:n])) for n in range(1, len(WANDERED) + 1)]
+    assert verdicts.index(next(v for v in verdicts if v)) == 218
+    assert verdicts[218] == "router2 does not converge: its overused wires fell to 3 at iteration 119 and were " \
+                            "no lower by iteration 219 (25)"
     assert router_diverges(router_log([500, 100] + [101] * 9 + [150])) is not None
     assert router_diverges("Info: Running placer...\n") is None
     # a count that stays where it is (the Versa with placement by wire length alone: 9,188 at the 9th)

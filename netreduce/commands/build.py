@@ -84,7 +84,8 @@ def register(subparsers):
                         help=f"let router2 go on when its overused wires stop falling (default: the build stops once "
                              f"they are {DIVERGED_RATIO} times their lowest, if that was {DIVERGED_FLOOR} or more, "
                              f"{DIVERGED_ITERATIONS} iterations or more after it, or none has been lower for "
-                             f"{STALLED_ITERATIONS}: no such run has been seen to route, and it would go on for hours)")
+                             f"{STALLED_ITERATIONS}, or {NEAR_STALLED_ITERATIONS} below {DIVERGED_FLOOR}: no such run "
+                             f"has been seen to route, and it would go on for hours)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
@@ -124,10 +125,13 @@ PROGRESS_SECONDS = 60      # how often a long step says where it is when the out
 # router2 logs each iteration's overused wires. On a congested design they fall to a lowest count and then
 # rise for good or stay (docs/ARCHITECTURE.md, "Boards": no run seen to do either came back), so the build
 # stops once the count is DIVERGED_RATIO times its lowest, DIVERGED_ITERATIONS iterations or more after it, or
-# has not gone lower for STALLED_ITERATIONS. Below DIVERGED_FLOOR wires at its lowest the router is left to
-# finish: near the end the counts wander (4, 2, 4) on their way to 0.
+# has not gone lower for STALLED_ITERATIONS. Below DIVERGED_FLOOR wires at its lowest the counts wander on
+# their way to 0 (4, 2, 4: a run that routed went 24 iterations without a new lowest), so the build stops only
+# once none has been lower for NEAR_STALLED_ITERATIONS (a run that never routed fell to 3 wires and wandered
+# back up past 100 for the 289 iterations it was watched).
 ROUTER_ITERATION = re.compile(r"\biter=(\d+)\s+wires=\d+\s+overused=(\d+)")
 DIVERGED_FLOOR, DIVERGED_ITERATIONS, DIVERGED_RATIO, STALLED_ITERATIONS = 100, 10, 1.5, 25
+NEAR_STALLED_ITERATIONS = 100
 
 
 class GaveUp(Exception):
@@ -137,19 +141,21 @@ class GaveUp(Exception):
 def router_diverges(log_text):
     """Why router2 will not route, from its log so far (``iter=N wires=W overused=K`` lines), or None: its
     overused wires at their lowest were ``DIVERGED_FLOOR`` or more and, ``DIVERGED_ITERATIONS`` iterations or
-    more later, are ``DIVERGED_RATIO`` times that or more, or none has been lower for ``STALLED_ITERATIONS``."""
+    more later, are ``DIVERGED_RATIO`` times that or more, or none has been lower for ``STALLED_ITERATIONS``;
+    or, their lowest below ``DIVERGED_FLOOR``, none has been lower for ``NEAR_STALLED_ITERATIONS``."""
     best = last = None
     for match in ROUTER_ITERATION.finditer(log_text):
         iteration, overused = int(match[1]), int(match[2])
         if best is None or overused < best[1]:
             best = (iteration, overused)
         last = (iteration, overused)
-    if best is None or best[1] < DIVERGED_FLOOR:
+    if best is None:
         return None
-    if last[0] - best[0] >= DIVERGED_ITERATIONS and last[1] >= DIVERGED_RATIO * best[1]:
+    near = best[1] < DIVERGED_FLOOR
+    if not near and last[0] - best[0] >= DIVERGED_ITERATIONS and last[1] >= DIVERGED_RATIO * best[1]:
         return (f"router2 does not converge: its overused wires fell to {best[1]:,} at iteration {best[0]} and "
                 f"rose to {last[1]:,} by iteration {last[0]}")
-    if last[0] - best[0] >= STALLED_ITERATIONS:
+    if last[0] - best[0] >= (NEAR_STALLED_ITERATIONS if near else STALLED_ITERATIONS):
         return (f"router2 does not converge: its overused wires fell to {best[1]:,} at iteration {best[0]} and "
                 f"were no lower by iteration {last[0]} ({last[1]:,})")
     return None
