@@ -160,6 +160,20 @@ def test_deadlines_fire_in_order_of_deadline_then_message():
     assert f.switch.jobs[JOB].oldest == 4 and f.switch.counters["credits_sent"] == 8
 
 
+def test_deadlines_of_two_jobs_fire_in_order_of_deadline_then_job():
+    """Messages of two bounded-loss jobs due in one wait: the earlier deadline first, whichever job opened
+    first; deadlines at one clock in the order of the jobs."""
+    rng = np.random.default_rng(5)
+    for late_deadline, early_deadline, first_job in ((300, 100, JOB + 1), (210, 200, JOB)):
+        f = Fabric(workers=2, deadline=late_deadline, lossy_too=early_deadline)
+        f.send(f.contribution(0, 0, elements(rng), job=JOB), now=0)             # due at ``late_deadline``
+        f.send(f.contribution(0, 0, elements(rng), job=JOB + 1), now=10)        # due at ``early_deadline`` + 10
+        out = f.switch.advance(1000)
+        jobs = [AggHeader.unpack(payload_of(frame)).job for _, frame in results(out)]
+        assert jobs == [first_job] * 2 + [JOB + JOB + 1 - first_job] * 2
+        assert f.counters("deadline_completions") == {"deadline_completions": 2}
+
+
 def test_the_clock_never_goes_back():
     f = Fabric(workers=2)
     f.switch.advance(10)

@@ -25,11 +25,12 @@ from netreduce.host.packets import build_roce_frame
 from netreduce.host.protocol import AggHeader
 from netreduce.registers import address, counter_address, register_writes
 from netreduce.sim.fp import tree_sum
+from netreduce.sim.roce_model import parse_frame
 from netreduce.tb import scenarios
 from netreduce.tb.scenarios import SWITCH_BUILDS, record, record_in_band, switch_of
 from netreduce.wire import RC_WRITE_OPCODES
 
-from references import Fabric, elements
+from references import WRITE_ONLY_IMM, Fabric, elements
 
 pytestmark = pytest.mark.slow(minutes=3)
 
@@ -443,6 +444,29 @@ def deadline_sweep(ports, plan, deadline):
         inputs += [(0, FILLER)] * gap
         inputs.append((1 % ports, fabric.contribution(1, seq, elements(rng, n))))
     return {"config": fabric.config, "inputs": inputs, "after": [0] * len(inputs), "outputs": [[]] * len(inputs)}
+
+
+def test_bounded_loss_deadlines_of_two_jobs_in_one_wait_64(tmp_path):
+    """Two bounded-loss jobs: job 0's message opens first with the later deadline, job 1's a frame later with
+    the earlier one, and both come while a 2,000-byte frame of no connection goes through the monitor, so that
+    both are due when it is done: the RTL completes job 1's first, as the model does (the earlier deadline
+    first, whatever the job), and every frame out of every port is the model's, in its order."""
+    fabric = Fabric(workers=2, ports=2, deadline=200, lossy_too=100)
+    rng = np.random.default_rng(6)
+    long_filler = FILLER[:14] + bytes(2000 - 14)
+    inputs = [(0, fabric.contribution(0, 0, elements(rng, 8), job=fabric.job.job)),
+              (0, fabric.contribution(0, 0, elements(rng, 8), job=fabric.job.job + 1)),
+              (0, long_filler), (0, FILLER)]
+    scenario = {"config": fabric.config, "inputs": inputs, "after": [0] * len(inputs),
+                "outputs": [[]] * len(inputs)}
+    # the model at arrivals like the RTL's: both due before the last frame, job 1's first
+    model = fabric.switch
+    out = [pair for at, (port, frame) in zip((0, 20, 40, 300), inputs, strict=True)
+           for pair in model.receive(port, frame, now=at)]
+    results = [parse_frame(frame) for _, frame in out]
+    assert [AggHeader.unpack(result.payload).job for result in results if result.header["bth_opcode"]
+            == WRITE_ONLY_IMM] == [fabric.job.job + 1] * 2 + [fabric.job.job] * 2
+    scenarios.replay(tmp_path, scenario, "fp32x64", testcase="timed_against_model", settle=1000, deadlines=True)
 
 
 @pytest.mark.parametrize("build", ["fp32x512", "fp32x64"])

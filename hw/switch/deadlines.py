@@ -18,8 +18,13 @@ same messages before each frame as the golden model does.
   head was not taken a clock ago, the monitor wrote no bounded-loss state (``changing``) and no job was
   restarted (``restarting``) a clock ago. The monitor takes a frame while messages are open only when
   ``fresh``, and completes the ``due`` messages first.
-- ``expire``: the first due message, in the order of the jobs and, within a job, of its window from its
-  ``oldest`` message.
+- ``expire``: the due message to complete first, in the golden model's order: the earliest deadline, then
+  the first job, then the first message of the job's window from its ``oldest``. A job's messages open in
+  the order of its window (a frame opens every message up to its own at its arrival, and the monitor takes
+  frames in arrival order), so a job's first due message in its window has its earliest deadline: each job's
+  first is found, and of those the one that has been due the longest at the frontier (``overdue``,
+  registered with ``due``; with one job there is nothing to compare). Two deadlines are told apart modulo
+  2^32, as the clock counts: a message stays due far fewer than 2^32 clocks.
 """
 
 from amaranth.hdl import Array, Module, Mux, Signal
@@ -46,6 +51,7 @@ class Deadlines(wiring.Component):
         messages = jobs * message_slots
         self.Expire = data.StructLayout({"found": 1, "job": max(1, ceil_log2(jobs)),
                                          "k": max(1, ceil_log2(message_slots))})
+        self.Candidate = data.StructLayout({**self.Expire.members, "overdue": 32})
         super().__init__({
             "arrival": In(1),
             "head": Out(stream.Signature(32)),
@@ -83,21 +89,46 @@ class Deadlines(wiring.Component):
         # (from either frontier side by side, the head's or the idle one, chosen last: no multiplexer ahead of
         # the subtraction)
         due = Signal(J * K)
+        # how long each message has been due at the frontier (clocks past its deadline), where jobs are compared
+        overdue = [Signal(32, name=f"overdue_{i}") for i in range(J * K)] if J > 1 else None
         for j in range(J):
             for k in range(K):
                 i = j * K + k
                 m.d.comb += self.live[i].eq(self.lossy[j] & self.open[i])
-                past_head, past_idle = [(frontier - self.opened[i])[:32] >= self.deadline[j]
-                                        for frontier in (heads.r_data, idle_frontier)]
+                waited = [(frontier - self.opened[i])[:32] for frontier in (heads.r_data, idle_frontier)]
+                past_head, past_idle = [clocks >= self.deadline[j] for clocks in waited]
                 m.d.sync += due[i].eq(self.live[i] & Mux(heads.r_rdy, past_head, past_idle))
+                if overdue:
+                    m.d.sync += overdue[i].eq(Mux(heads.r_rdy, waited[0], waited[1]) - self.deadline[j])
         m.d.comb += self.due.eq(due & self.live)
         m.d.sync += self.fresh.eq(heads.r_rdy & ~heads.r_en & ~self.changing & ~self.restarting)
 
+        # each job's first due message in its window from its oldest
         due_array = Array(self.due[i] for i in range(J * K))
-        for j in reversed(range(J)):            # the first of the jobs, then of the job's window, wins
+        firsts = []
+        for j in range(J):
+            # (with one job, its first due message is the one)
+            first = self.expire if J == 1 else Signal(self.Candidate, name=f"first_due_{j}")
             for position in reversed(range(K)):
                 k = Signal(k_bits, name=f"expire_{j}_{position}")
                 m.d.comb += k.eq(self.oldest[j][:k_bits] + position)
                 with m.If(due_array[j * K + k]):
-                    m.d.comb += [self.expire.found.eq(1), self.expire.job.eq(j), self.expire.k.eq(k)]
+                    m.d.comb += [first.found.eq(1), first.job.eq(j), first.k.eq(k)]
+            if overdue:
+                m.d.comb += first.overdue.eq(Array(overdue[j * K:(j + 1) * K])[first.k])
+            firsts.append(first)
+        # of those, the one due the longest (the earliest deadline), the first job where two are alike: pairs in
+        # the jobs' order, the earlier job's winning ties
+        level = 0
+        while len(firsts) > 1:
+            pairs, firsts, level = firsts, [], level + 1
+            for a, b in zip(pairs[0::2], pairs[1::2], strict=False):
+                winner = Signal(self.Candidate, name=f"earliest_{level}_{len(firsts)}")
+                m.d.comb += winner.eq(Mux(b.found & (~a.found | (b.overdue > a.overdue)), b, a))
+                firsts.append(winner)
+            if len(pairs) % 2:
+                firsts.append(pairs[-1])
+        if J > 1:
+            m.d.comb += [self.expire.found.eq(firsts[0].found), self.expire.job.eq(firsts[0].job),
+                         self.expire.k.eq(firsts[0].k)]
         return m
