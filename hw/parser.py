@@ -84,12 +84,31 @@ def window_bytes_for(width):
     return -(-MAX_HEADER_BYTES // beat) * beat
 
 
+KEEP_GROUP = 8      # lanes whose count is one chain in ``keep_count``
+
+
 def keep_count(m, keep, nbytes):
-    """Number of bytes in a contiguous ``keep`` (as a new signal)."""
+    """Number of bytes in a contiguous ``keep`` (as a new signal): one past its highest lane set (0 with none),
+    whatever ``keep`` is. Each group of ``KEEP_GROUP`` lanes finds its highest in a chain; the groups are
+    taken in a balanced tree, a higher one's where any of its lanes is set (one chain over the 128 lanes of
+    a 1,024-bit beat was 29 LUT6 levels deep). A beat of 8 lanes or fewer is one chain."""
     count = Signal(range(nbytes + 1))
-    for lane in range(nbytes):
-        with m.If(keep[lane]):
-            m.d.comb += count.eq(lane + 1)
+    groups = []
+    for base in range(0, nbytes, KEEP_GROUP):
+        lanes = range(base, min(base + KEEP_GROUP, nbytes))
+        found = count if len(lanes) == nbytes else Signal(range(nbytes + 1), name=f"keep_count_{base}")
+        for lane in lanes:
+            with m.If(keep[lane]):
+                m.d.comb += found.eq(lane + 1)
+        groups.append((keep[lanes.start:lanes.stop].any(), found))
+    while len(groups) > 1:
+        pairs, groups = groups, []
+        for (low_any, low), (high_any, high) in zip(pairs[0::2], pairs[1::2], strict=False):
+            groups.append((low_any | high_any, Mux(high_any, high, low)))
+        if len(pairs) % 2:
+            groups.append(pairs[-1])
+    if groups[0][1] is not count:
+        m.d.comb += count.eq(groups[0][1])
     return count
 
 

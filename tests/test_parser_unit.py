@@ -215,3 +215,29 @@ def test_parser_without_ipv6_takes_an_ipv6_header_s_traffic_class_only(width):
 @pytest.mark.parametrize("width", [64, 512])
 def test_deparser_without_ipv6_rebuilds_what_that_parser_gives(width):
     check_deparser(_ip_versions_mix(), width, ipv6=False, idle=0.2, backpressure=0.2, seed=width)
+
+
+@pytest.mark.parametrize("nbytes", [8, 24, 64, 128])
+def test_keep_count_is_one_past_the_highest_lane_set(nbytes):
+    """``keep_count`` (the parser's and the deparser's byte count of a beat, a tree of chains at wide beats):
+    one past the highest lane set, 0 with none, for contiguous ``keep`` (every count) and any other."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+
+    from netreduce.hw.parser import keep_count
+
+    m = Module()
+    keep = Signal(nbytes)
+    count = keep_count(m, keep, nbytes)
+    rng = random.Random(nbytes)
+    cases = [(1 << n) - 1 for n in range(nbytes + 1)] + [1 << n for n in range(nbytes)]
+    cases += [rng.getrandbits(nbytes) for _ in range(200)]
+
+    async def bench(ctx):
+        for value in cases:
+            ctx.set(keep, value)
+            assert ctx.get(count) == value.bit_length(), f"keep {value:#x}"
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
