@@ -88,10 +88,10 @@ KEEP_GROUP = 8      # lanes whose count is one chain in ``keep_count``
 
 
 def keep_count(m, keep, nbytes):
-    """Number of bytes in a contiguous ``keep`` (as a new signal): one past its highest lane set (0 with none),
-    whatever ``keep`` is. Each group of ``KEEP_GROUP`` lanes finds its highest in a chain; the groups are
-    taken in a balanced tree, a higher one's where any of its lanes is set (one chain over the 128 lanes of
-    a 1,024-bit beat was 29 LUT6 levels deep). A beat of 8 lanes or fewer is one chain."""
+    """Number of bytes of a beat whose ``keep`` is contiguous (as a new signal): one past its highest lane set,
+    0 with none (for any ``keep``). Each group of ``KEEP_GROUP`` lanes finds its highest in a chain; the
+    groups are taken in a balanced tree, a higher one's where any of its lanes is set (one chain over the 128
+    lanes of a 1,024-bit beat was 29 UltraScale+ LUT levels deep). A beat of 8 lanes or fewer is one chain."""
     count = Signal(range(nbytes + 1))
     groups = []
     for base in range(0, nbytes, KEEP_GROUP):
