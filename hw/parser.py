@@ -56,6 +56,7 @@ from ..wire import (
 from .crc import crc_update, icrc_beat_masks, residue_after
 from .ram import BlockRAMFIFO
 from .stream import FrameBeat, ParsedHeader, Verdict, check_width, frame_stream, header_stream, payload_stream
+from .trees import pairwise
 
 __all__ = ["RoceParser", "FrameContext", "decode_normalize", "decode_raw", "decode_fields",
            "decode_context", "window_bytes_for", "keep_count", "thermometer"]
@@ -101,14 +102,9 @@ def keep_count(m, keep, nbytes):
             with m.If(keep[lane]):
                 m.d.comb += found.eq(lane + 1)
         groups.append((keep[lanes.start:lanes.stop].any(), found))
-    while len(groups) > 1:
-        pairs, groups = groups, []
-        for (low_any, low), (high_any, high) in zip(pairs[0::2], pairs[1::2], strict=False):
-            groups.append((low_any | high_any, Mux(high_any, high, low)))
-        if len(pairs) % 2:
-            groups.append(pairs[-1])
-    if groups[0][1] is not count:
-        m.d.comb += count.eq(groups[0][1])
+    _, highest = pairwise(groups, lambda low, high: (low[0] | high[0], Mux(high[0], high[1], low[1])))
+    if highest is not count:
+        m.d.comb += count.eq(highest)
     return count
 
 

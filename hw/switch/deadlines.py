@@ -34,6 +34,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..ram import RegisterFIFO
+from ..trees import pairwise
 
 __all__ = ["Deadlines"]
 
@@ -119,16 +120,12 @@ class Deadlines(wiring.Component):
             firsts.append(first)
         # of those, the one due the longest (the earliest deadline), the first job where two are alike: pairs in
         # the jobs' order, the earlier job's winning ties
-        level = 0
-        while len(firsts) > 1:
-            pairs, firsts, level = firsts, [], level + 1
-            for a, b in zip(pairs[0::2], pairs[1::2], strict=False):
-                winner = Signal(self.Candidate, name=f"earliest_{level}_{len(firsts)}")
-                m.d.comb += winner.eq(Mux(b.found & (~a.found | (b.overdue > a.overdue)), b, a))
-                firsts.append(winner)
-            if len(pairs) % 2:
-                firsts.append(pairs[-1])
-        if J > 1:
-            m.d.comb += [self.expire.found.eq(firsts[0].found), self.expire.job.eq(firsts[0].job),
-                         self.expire.k.eq(firsts[0].k)]
+        def earlier(a, b):
+            winner = Signal(self.Candidate, name="earliest")
+            m.d.comb += winner.eq(Mux(b.found & (~a.found | (b.overdue > a.overdue)), b, a))
+            return winner
+        earliest = pairwise(firsts, earlier)
+        if earliest is not self.expire:
+            m.d.comb += [self.expire.found.eq(earliest.found), self.expire.job.eq(earliest.job),
+                         self.expire.k.eq(earliest.k)]
         return m
