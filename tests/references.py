@@ -179,17 +179,17 @@ class Fabric:
     """A switch model with one bounded-loss job of ``workers`` workers on hosts 0..N-1 (worker w writes to
     host w+1), host h on port h mod ``ports``, every host in VLAN ``vlan`` (None: untagged); with
     ``reliable_too`` a reliable job ``JOB + 1`` of the same workers, or with ``lossy_too`` (a deadline) a second
-    bounded-loss job ``JOB + 1`` of that deadline."""
+    bounded-loss job ``JOB + 1`` of that deadline; every job of MTU ``mtu``."""
 
     def __init__(self, workers=4, ports=4, slots=4, vlan=None, deadline=DEADLINE, start_msg=0, reliable_too=False,
-                 lossy_too=None):
+                 lossy_too=None, mtu=64):
         self.workers, self.vlan = workers, vlan
-        self.job = JobConfig(job=JOB, workers=workers, mtu=64, message_slots=slots, traffic_class="lossy",
+        self.job = JobConfig(job=JOB, workers=workers, mtu=mtu, message_slots=slots, traffic_class="lossy",
                              deadline_clocks=deadline, start_msg=start_msg)
-        jobs = [self.job] + ([JobConfig(job=JOB + 1, workers=workers, mtu=64)] if reliable_too else [])
+        jobs = [self.job] + ([JobConfig(job=JOB + 1, workers=workers, mtu=mtu)] if reliable_too else [])
         if lossy_too is not None:
             assert not reliable_too, "one second job: reliable or bounded-loss"
-            jobs.append(JobConfig(job=JOB + 1, workers=workers, mtu=64, message_slots=slots, traffic_class="lossy",
+            jobs.append(JobConfig(job=JOB + 1, workers=workers, mtu=mtu, message_slots=slots, traffic_class="lossy",
                                   deadline_clocks=lossy_too, start_msg=start_msg))
         self.conns = {}
         for job in jobs:

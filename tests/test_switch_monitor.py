@@ -40,7 +40,7 @@ from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
 from netreduce.sim.roce_model import parse_frame
-from netreduce.wire import CONTROL_PORT, ETH_MIN_FRAME, ControlType
+from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, ControlType
 
 from references import JOB, RC_WRITE_ONLY, SWITCH_IP, Fabric, elements, write_registers
 
@@ -53,18 +53,18 @@ class MonitorBench(Elaboratable):
     testbench gives each frame's ingress port (``match.port``, in frame order) and plays the emitter's part
     (``ring_read``, and taking the records of the frames that go on)."""
 
-    def __init__(self, width):
+    def __init__(self, width, mtu=MTU):
         self.parser = RoceParser(width)
         # (as the switch builds it: where a frame is 8 beats at least, the connections compared in steps)
         self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS,
                                      header_clocks=-(-ETH_MIN_FRAME // (width // 8)))
-        self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=MTU,
+        self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=mtu,
                                      message_packets=PACKETS, message_slots=SLOTS, max_frame=1024, ports=PORTS,
                                      increment_bits=(WORKERS + 1).bit_length())
         self.records = HeaderRecords(store_entries=2 * SLOTS * PACKETS * WORKERS)
         egress = EgressQueues(width, queues=2, depth_beats=4096 // (width // 8), max_frame=1200)
         egress._MustUse__silence = True         # its layouts only: the registers hold its configuration
-        self.registers = SwitchRegisters(jobs=2, workers=WORKERS, forwarding_entries=4, mtu=MTU,
+        self.registers = SwitchRegisters(jobs=2, workers=WORKERS, forwarding_entries=4, mtu=mtu,
                                          increment_bits=(WORKERS + 1).bit_length(), egress=egress, ports=PORTS)
 
     def elaborate(self, platform):
@@ -91,9 +91,9 @@ def builders(fabric, frames, rng):
     """Functions that append ``(port, frame)`` to ``frames``: ``data(w, seq, psn_offset)``, worker w's
     contribution to message ``seq`` (of the reliable job, at its connection's start PSN plus ``psn_offset``,
     unless told otherwise), and ``ack(w, psn_offset)``, its responder's ACK of the result at that PSN."""
-    def data(w, seq, psn_offset, *, job=RELIABLE, header=None, port=None, **fields):
+    def data(w, seq, psn_offset, *, job=RELIABLE, header=None, port=None, n=8, **fields):
         conn = fabric.conns[job, w]
-        values = elements(rng)
+        values = elements(rng, n)
         if job == RELIABLE:
             fields = {"opcode": RC_WRITE_ONLY, "psn": conn.start_psn + psn_offset, **fields}
         frames.append((conn.requester_port if port is None else port,
@@ -184,15 +184,14 @@ def descriptor_kinds(descriptors):
     return kinds
 
 
-def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0):
-    """Send ``frames`` (``(port, frame)`` each) through the bench, offered with ``idle`` clocks and taken
-    with ``backpressure`` (none taken in the first ``hold`` clocks), and check it against the model fed the
-    same frames: every counter but
-    ``frames_out``, the descriptors' kinds in order, each forwarded frame's header record, each sum request.
-    Returns the model's counters and the clock (from the start of the run) of each frame's last payload
-    beat into the monitor, in frame order."""
+def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU):
+    """Send ``frames`` (``(port, frame)`` each) through the bench (built for ``mtu``), offered with ``idle``
+    clocks and taken with ``backpressure`` (none taken in the first ``hold`` clocks), and check it against the
+    model fed the same frames: every counter but ``frames_out``, the descriptors' kinds in order, each forwarded
+    frame's header record, each sum request. Returns the model's counters and the clock (from the start of the
+    run) of each frame's last payload beat into the monitor, in frame order."""
     config_writes = switch_config_writes(fabric.config, WORKERS)
-    bench, sim = shared_simulator(("monitor", width), lambda: MonitorBench(width))
+    bench, sim = shared_simulator(("monitor", width, mtu), lambda: MonitorBench(width, mtu))
     monitor, regs = bench.monitor, bench.registers
     descriptors, headers, requests = [], [], []
     configured = []
@@ -352,6 +351,51 @@ def test_back_to_back_acks(width):
         for run_ in one_a_clock:
             clocks = [last_beats[i] for i in run_]
             assert clocks == list(range(clocks[0], clocks[0] + len(clocks))), clocks
+
+
+LONG_MTU = 256      # room for a bounded-loss contribution of 40 elements: 176 payload bytes, 3 beats at 512 bits
+
+
+def back_to_back_contributions():
+    """Bounded-loss contributions back to back, no idle clock between frames: the fabric (its bounded-loss job
+    of MTU ``LONG_MTU``), ``(port, frame)`` of each frame, and the contributions that neither open nor fill
+    their message (their index: their payload's bytes)."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU)
+    frames, decided_at_once = [], {}
+    data, _ = builders(fabric, frames, np.random.default_rng(9))
+
+    def contribution(w, seq, n=40, *, at_once=False):
+        if at_once:
+            decided_at_once[len(frames)] = AGG_HEADER_BYTES + 4 * n     # its payload's bytes
+        data(w, seq, 0, job=JOB, n=n)
+    for seq in range(2):        # three payload beats each at 512 bits
+        contribution(0, seq)                    # opens the message
+        contribution(1, seq, 24, at_once=True)  # another length than the message's: dropped
+        contribution(1, seq, at_once=True)      # joins
+        contribution(1, seq, at_once=True)      # again: a duplicate, dropped
+        contribution(2, seq)                    # fills it: complete, the window moves on
+        contribution(0, seq, at_once=True)      # again, complete: a duplicate, dropped
+        contribution(1, (1 << 32) - 1, at_once=True)   # a message behind the window: late
+    for w in range(WORKERS):    # one payload beat each at 512 bits: its message read after its last beat
+        contribution(w, 2, 8, at_once=0 < w < WORKERS - 1)
+    contribution(0, 3)
+    return fabric, frames, decided_at_once
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_back_to_back_contributions(width):
+    """Bounded-loss contributions back to back decide as the model does; at 512 bits one that neither opens
+    nor fills its message is decided in one clock after its last beat, which takes the next header, and the
+    next frame's payload follows at once: its last beat as many clocks later as it has beats on the wire. A
+    contribution of one payload beat takes a clock more (its message is read after its last beat)."""
+    fabric, frames, decided_at_once = back_to_back_contributions()
+    model, last_beats = run_against_model(width, fabric, frames, idle=0, backpressure=0, mtu=LONG_MTU)
+    assert {name: model[name] for name in ("aggregated", "drop_bad_length", "duplicates_dropped", "late")} == \
+        {"aggregated": 3 * WORKERS + 1, "drop_bad_length": 2, "duplicates_dropped": 4, "late": 2}
+    if width == 512:
+        beats = [-(-len(frame) // (width // 8)) for _, frame in frames]
+        gaps = {i: last_beats[i + 1] - last_beats[i] for i in decided_at_once}
+        assert gaps == {i: beats[i + 1] + (payload <= width // 8) for i, payload in decided_at_once.items()}
 
 
 def test_frames_of_no_connection_back_to_back_after_a_stall():

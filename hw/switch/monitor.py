@@ -33,10 +33,12 @@ on ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, 
 (after an ACK that makes the oldest message delivered: frees the job's delivered messages, three clocks each, and
 queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a contribution streams into the
 bank of the message slot its payload's ``msg_seq`` names and is decided after its last beat in ``LOSSY_READ`` and
-``LOSSY``; a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose deadline has come
-(``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one (masked sum, results), and
-``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes before the commit are speculative:
-the packet ring rolls back, and a bank word is written only where the worker's bit is clear.
+``LOSSY`` (where its ``msg_seq`` is in its first payload beat, at 512 bits, it is planned as its header is taken,
+without ``LOOKUP``, and from its second payload beat on, its message is read as it streams, so that it goes from its
+last beat to ``LOSSY``); a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose deadline
+has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one (masked sum, results),
+and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes before the commit are
+speculative: the packet ring rolls back, and a bank word is written only where the worker's bit is clear.
 
 Out of the monitor, in commit order: ``descriptors`` to ``emitter.Emitter``, each frame's ``fates`` (where its
 header record goes: on, into the header store, nowhere) to ``records.HeaderRecords``, ``sum_requests``
@@ -462,34 +464,45 @@ class StatusMonitor(wiring.Component):
         look_lossy = hm.data & job_lossy[conn_job]
         look_releases = ack_releases(conn_job, conn_worker, advance, view.oldest_held, view.outside,
                                      view.closed, view.delivered, view.covers)
+
+        def plan_from_header(target, header, match, job, worker, lossy, index_ok, first_op=None):
+            """The fields of plan ``target`` that its frame's header and match and the configuration decide
+            (``lossy``: a data frame of a bounded-loss job; ``index_ok``: its packet index is below M;
+            ``first_op``: its opcode is a first packet's, if already made)."""
+            op, payload_len = header.bth_opcode, header.payload_len
+            if first_op is None:
+                first_op = Cat(*[op == o for o in _FIRST_OPCODES]).any()
+            return [
+                target.control.eq(match.control),
+                target.plain.eq(~(header.roce & (header.ip_version == 4))),
+                target.ack.eq(match.ack),
+                target.data.eq(match.data),
+                target.lossy.eq(lossy),
+                target.conn.eq(match.conn), target.job.eq(job), target.worker.eq(worker),
+                target.write_op.eq(Mux(lossy, op == _LOSSY_OPCODE, Cat(*[op == o for o in _WRITE_OPCODES]).any())),
+                target.first.eq(first_op),
+                target.last.eq(Cat(*[op == o for o in _LAST_OPCODES]).any()),
+                target.length_ok.eq((index_ok | lossy) & (header.bth_pad == 0) & (payload_len[:2] == 0)
+                                    & (payload_len <= job_mtu[job])),
+                target.job_id.eq(job_id[job]),
+            ]
+        m.d.comb += plan_from_header(look, h, hm, conn_job, conn_worker, look_lossy, packet_index < M, first)
         m.d.comb += [
-            look.control.eq(hm.control),
-            look.plain.eq(~roce4),
-            look.ack.eq(hm.ack),
-            look.data.eq(hm.data),
-            look.lossy.eq(look_lossy),
-            look.conn.eq(conn), look.job.eq(conn_job), look.worker.eq(conn_worker),
-            look.write_op.eq(Mux(look_lossy, opcode == _LOSSY_OPCODE,
-                                 Cat(*[opcode == op for op in _WRITE_OPCODES]).any())),
             look.gap.eq((distance != 0) & (distance < _HALF)),
             look.in_seq.eq(distance == 0),
             look.behind.eq(distance >= _HALF),
             look.seq_ok.eq(first == ~view.in_msg),
-            look.first.eq(first),
-            look.last.eq(Cat(*[opcode == op for op in _LAST_OPCODES]).any()),
             # (``decide_from_plan``'s FORWARD_GAP, from the plan alone: its header record is chosen by a register)
             look.forward_gap.eq(~hm.control & roce4 & ~hm.ack & hm.data & look.write_op & ~look_lossy & look.gap),
             look.k.eq(msg_index), look.index.eq(packet_index), look.slot.eq(in_slot),
             look.credit_ok.eq(slot_view.credit_ok),
-            look.length_ok.eq(((packet_index < M) | look_lossy) & (h.bth_pad == 0) & (length[:2] == 0)
-                              & (length <= job_mtu[conn_job])),
             # the packet slot: it takes this length (empty, or holding packets of the same length), the
             # bitmap with this worker, whether that completes it, and its result slot
             look.slot_fits.eq((slot_view.bitmap == 0) | (slot_view.length == length)),
             look.bitmap.eq(slot_view.bitmap | (Const(1, N) << conn_worker)),
             look.full.eq((slot_view.bitmap | (Const(1, N) << conn_worker)) == workers_mask(conn_job)),
             look.rslot.eq(Cat(slot_view.gen, in_slot)),
-            look.job_id.eq(job_id[conn_job]), look.seq.eq(view.next_seq),
+            look.seq.eq(view.next_seq),
             look.through.eq(through), look.advance.eq(advance), look.ahead.eq(view.ahead),
             look.releases.eq(look_releases), look.oldest_message.eq(view.oldest_message),
         ]
@@ -534,6 +547,14 @@ class StatusMonitor(wiring.Component):
                                                   covering(head_through, head_row.last))),
                 ack_replan.eq(ack_dropped | (contributing_now & (plan.job == head_job))),
             ]
+        # There too, a bounded-loss contribution is planned as its header is taken (``lossy_plan``): its plan is
+        # of its header, its match and the configuration alone (its message is named in its payload and probed
+        # while the payload streams), so it takes no LOOKUP.
+        lossy_plan = Signal(Plan)
+        lossy_next = Signal()       # the header being taken is of a data frame of a bounded-loss job
+        if plans_acks_at_take:
+            m.d.comb += [lossy_next.eq(taking.match.data & job_lossy[head_job]),
+                         *plan_from_header(lossy_plan, taking.header, taking.match, head_job, head_worker, 1, 1)]
 
         # a retransmission (behind its connection): the message held in the window that has the PSN, if
         # any (the rare case, so it takes four more clocks: DUP_SEARCH registers each message slot's part of
@@ -939,11 +960,12 @@ class StatusMonitor(wiring.Component):
                              new_descriptor.workers.eq(job_n[plan.job]), new_descriptor.all.eq(1)]
 
         # --- the bounded-loss class ------------------------------------------------------------------------------
-        # (docs "Bounded-loss class (MLT)") A contribution's facts are registered at its last beat; LOSSY_READ
-        # reads its message slot (the *probe*: of message ``seq`` of job ``job``, for ``worker``), LOSSY decides and
-        # commits. A RESULT_REQUEST probes its message in RR_READ and is answered in RR_APPLY. A completion
-        # (the bitmap full at a contribution, or a deadline found in EXPIRE) is applied in COMPLETE, and the
-        # job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE, with their CREDITs.
+        # (docs "Bounded-loss class (MLT)") A contribution's facts are registered at its last beat; LOSSY_READ reads its
+        # message slot (the *probe*: of message ``seq`` of job ``job``, for ``worker``; at 512 bits read while the
+        # payload streams, ``probes_in_stream``), LOSSY decides and commits. A RESULT_REQUEST probes its message in
+        # RR_READ and is answered in RR_APPLY. A completion (the bitmap full at a contribution, or a deadline found in
+        # EXPIRE) is applied in COMPLETE, and the job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE,
+        # with their CREDITs.
         Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
                                    "in_window": 1, "length_match": 1, "length": 16, "opens": K})
         probe_job = Signal(job_bits)
@@ -958,6 +980,14 @@ class StatusMonitor(wiring.Component):
         def probe_for(job, seq, worker):
             return [probe_job.eq(job), probe_seq.eq(seq), probe_worker.eq(worker),
                     probe_next_high.eq(job_oldest[job][k_bits:] + 1)]
+        # Where the key is in a contribution's first payload beat (512 bits and more: no beat is written late),
+        # its probe is registered while the payload streams, so that a contribution of two payload beats or more
+        # goes from its last beat straight to LOSSY (``probes_in_stream``); else in LOSSY_READ.
+        probes_in_stream = lossy_delay == 0
+        message_in_payload = big_endian(window_now, _MSG_SEQ_BYTE - 3, 4)
+        restarted = Signal()        # a job restarted a clock ago
+        if probes_in_stream:
+            m.d.sync += restarted.eq(deadlines.restarting)
         probe_k = probe_seq[:k_bits]
         probe_message = probe_job * K + probe_k
         probe_slot = lossy_slot(probe_job, probe_k)
@@ -1156,6 +1186,11 @@ class StatusMonitor(wiring.Component):
                             m.next = "LOOKUP"
                         with m.Else():
                             m.next = "STREAM"
+                    # a bounded-loss contribution planned as it is taken (``lossy_plan``)
+                    with m.Elif(lossy_next):
+                        m.d.sync += [plan.eq(lossy_plan), agg_so_far.eq(1),
+                                     *expect_beat(0, lossy_plan.job_id, 0, Const(1))]
+                        m.next = "STREAM"
                 with m.Else():
                     m.next = "LOOKUP_READ" if read_first else "LOOKUP"
 
@@ -1356,6 +1391,11 @@ class StatusMonitor(wiring.Component):
                         (~unrefused | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
                         (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
                 m.d.sync += own_psn_in_stream
+                if probes_in_stream:
+                    # (each clock registers the probe from the key of the clock before, once the first beat
+                    # has been taken: the state it reads changes only after the last beat, or at a restart)
+                    with m.If(lossy_writing):
+                        m.d.sync += [*probe_for(plan.job, message_in_payload, plan.worker), probe.eq(probe_now)]
                 with m.If(self.payload.valid & self.payload.ready):
                     m.d.sync += [beat_index.eq(beat_index + 1), stream_bytes.eq(stream_total), window.eq(window_now),
                                  *marks_after_beat, agg_so_far.eq(agg_so_far & agg_beat_ok)]
@@ -1384,7 +1424,12 @@ class StatusMonitor(wiring.Component):
                         m.next = "MANAGEMENT"
                     with m.Elif(beat.last & lossy_writing):
                         m.next = "LOSSY_READ"
-                        m.d.sync += probe_for(plan.job, big_endian(window_now, _MSG_SEQ_BYTE - 3, 4), plan.worker)
+                        if probes_in_stream:
+                            # the probe registered with this beat is of this frame's message: decided next
+                            with m.If((beat_index != 0) & ~deadlines.restarting & ~restarted):
+                                m.next = "LOSSY"
+                        else:
+                            m.d.sync += probe_for(plan.job, message_in_payload, plan.worker)
                     with m.Elif(beat.last):
                         if self.registered_commit:
                             with m.If(plan.stateless):
