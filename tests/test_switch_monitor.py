@@ -358,28 +358,37 @@ LONG_MTU = 256      # room for a bounded-loss contribution of 40 elements: 176 p
 
 def back_to_back_contributions():
     """Bounded-loss contributions back to back, no idle clock between frames: the fabric (its bounded-loss job
-    of MTU ``LONG_MTU``), ``(port, frame)`` of each frame, and the contributions that neither open nor fill
-    their message (their index: their payload's bytes)."""
+    of MTU ``LONG_MTU``), ``(port, frame)`` of each frame, and for the contributions whose clocks are checked,
+    their index: their payload's bytes and the clocks they take after their decision (``LOSSY``) before the
+    next header is taken in the clock after."""
     fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU)
-    frames, decided_at_once = [], {}
+    frames, timed = [], {}
     data, _ = builders(fabric, frames, np.random.default_rng(9))
 
-    def contribution(w, seq, n=40, *, at_once=False):
-        if at_once:
-            decided_at_once[len(frames)] = AGG_HEADER_BYTES + 4 * n     # its payload's bytes
+    def contribution(w, seq, n=40, *, then=None):
+        if then is not None:
+            timed[len(frames)] = (AGG_HEADER_BYTES + 4 * n, then)
         data(w, seq, 0, job=JOB, n=n)
+    # (``then``: 0 where LOSSY takes the next header; where the contribution fills its message, COMPLETE, then
+    # ADVANCE for each message the window moves by and for the first that it does not)
     for seq in range(2):        # three payload beats each at 512 bits
         contribution(0, seq)                    # opens the message
-        contribution(1, seq, 24, at_once=True)  # another length than the message's: dropped
-        contribution(1, seq, at_once=True)      # joins
-        contribution(1, seq, at_once=True)      # again: a duplicate, dropped
-        contribution(2, seq)                    # fills it: complete, the window moves on
-        contribution(0, seq, at_once=True)      # again, complete: a duplicate, dropped
-        contribution(1, (1 << 32) - 1, at_once=True)   # a message behind the window: late
+        contribution(1, seq, 24, then=0)        # another length than the message's: dropped
+        contribution(1, seq, then=0)            # joins
+        contribution(1, seq, then=0)            # again: a duplicate, dropped
+        contribution(2, seq, then=3)            # fills it: complete, the window moves on by one
+        contribution(0, seq, then=0)            # again, complete: a duplicate, dropped
+        contribution(1, (1 << 32) - 1, then=0)  # a message behind the window: late
     for w in range(WORKERS):    # one payload beat each at 512 bits: its message read after its last beat
-        contribution(w, 2, 8, at_once=0 < w < WORKERS - 1)
-    contribution(0, 3)
-    return fabric, frames, decided_at_once
+        contribution(w, 2, 8, then=0 if 0 < w < WORKERS - 1 else None)
+    contribution(0, 3)          # opens message 3
+    contribution(0, 4)          # opens message 4
+    contribution(1, 4, then=0)
+    contribution(2, 4, then=3)  # completes message 4, not the oldest: COMPLETE, ADVANCE (none), and a clock for
+    contribution(1, 3, then=0)  # ``due`` to see the completion, with message 3 still open
+    contribution(2, 3, then=4)  # completes message 3: the window moves on by two
+    contribution(0, 5)
+    return fabric, frames, timed
 
 
 @pytest.mark.parametrize("width", [64, 512])
@@ -387,15 +396,16 @@ def test_back_to_back_contributions(width):
     """Bounded-loss contributions back to back decide as the model does; at 512 bits one that neither opens
     nor fills its message is decided in one clock after its last beat, which takes the next header, and the
     next frame's payload follows at once: its last beat as many clocks later as it has beats on the wire. A
-    contribution of one payload beat takes a clock more (its message is read after its last beat)."""
-    fabric, frames, decided_at_once = back_to_back_contributions()
+    contribution of one payload beat takes a clock more (its message is read after its last beat); one that
+    fills its message, a clock to complete it and one for each message the window moves by and one more."""
+    fabric, frames, timed = back_to_back_contributions()
     model, last_beats = run_against_model(width, fabric, frames, idle=0, backpressure=0, mtu=LONG_MTU)
     assert {name: model[name] for name in ("aggregated", "drop_bad_length", "duplicates_dropped", "late")} == \
-        {"aggregated": 3 * WORKERS + 1, "drop_bad_length": 2, "duplicates_dropped": 4, "late": 2}
+        {"aggregated": 5 * WORKERS + 1, "drop_bad_length": 2, "duplicates_dropped": 4, "late": 2}
     if width == 512:
         beats = [-(-len(frame) // (width // 8)) for _, frame in frames]
-        gaps = {i: last_beats[i + 1] - last_beats[i] for i in decided_at_once}
-        assert gaps == {i: beats[i + 1] + (payload <= width // 8) for i, payload in decided_at_once.items()}
+        gaps = {i: last_beats[i + 1] - last_beats[i] for i in timed}
+        assert gaps == {i: beats[i + 1] + (payload <= width // 8) + then for i, (payload, then) in timed.items()}
 
 
 def test_frames_of_no_connection_back_to_back_after_a_stall():

@@ -37,8 +37,9 @@ bank of the message slot its payload's ``msg_seq`` names and is decided after it
 without ``LOOKUP``, and from its second payload beat on, its message is read as it streams, so that it goes from its
 last beat to ``LOSSY``); a RESULT_REQUEST in ``RR_READ`` and ``RR_APPLY``; ``EXPIRE`` finds a message whose deadline
 has come (``deadlines.Deadlines``, from each frame's ``arrival``), ``COMPLETE`` completes one (masked sum, results),
-and ``ADVANCE_CHECK`` and ``ADVANCE`` move the job's window with its credits. Writes before the commit are
-speculative: the packet ring rolls back, and a bank word is written only where the worker's bit is clear.
+and ``ADVANCE`` moves the job's window with its credits (a clock a message, and one for the first not complete).
+Writes before the commit are speculative: the packet ring rolls back, and a bank word is written only where the
+worker's bit is clear.
 
 Out of the monitor, in commit order: ``descriptors`` to ``emitter.Emitter``, each frame's ``fates`` (where its
 header record goes: on, into the header store, nowhere) to ``records.HeaderRecords``, ``sum_requests``
@@ -964,8 +965,8 @@ class StatusMonitor(wiring.Component):
         # message slot (the *probe*: of message ``seq`` of job ``job``, for ``worker``; at 512 bits read while the
         # payload streams, ``probes_in_stream``), LOSSY decides and commits. A RESULT_REQUEST probes its message in
         # RR_READ and is answered in RR_APPLY. A completion (the bitmap full at a contribution, or a deadline found in
-        # EXPIRE) is applied in COMPLETE, and the job's oldest completed messages advance in ADVANCE_CHECK and ADVANCE,
-        # with their CREDITs.
+        # EXPIRE) is applied in COMPLETE, and the job's oldest completed messages advance in ADVANCE, with their
+        # CREDITs.
         Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
                                    "in_window": 1, "length_match": 1, "length": 16, "opens": K})
         probe_job = Signal(job_bits)
@@ -1494,6 +1495,14 @@ class StatusMonitor(wiring.Component):
                     m.next = "COMPLETE"
                 with m.Else():
                     m.next = "IDLE"
+            advance_oldest = job_oldest[complete_job]
+
+            def advances(oldest_seq, completing=0):
+                """Message ``oldest_seq`` of ``complete_job`` is held and complete (``completing``: it is being
+                completed in this clock)."""
+                message = complete_job * K + oldest_seq[:k_bits]
+                return (msg_busy[message] & (msg_seq[message] == oldest_seq[:32])
+                        & (msg_complete[message] | completing))
             with m.State("COMPLETE"):
                 # the message completes with its contributors: their sum, and a result to every worker's receiver
                 m.d.comb += lossy_changing.eq(1)
@@ -1512,16 +1521,13 @@ class StatusMonitor(wiring.Component):
                                      new_request.slot.eq(complete_slot),
                                      new_request.result_slot.eq(new_descriptor.rslot),
                                      new_request.beats.eq(new_descriptor.beats), new_request.mask.eq(complete_bitmap)]
-                    m.next = "ADVANCE_CHECK"
-            advance_oldest = job_oldest[complete_job]
-            with m.State("ADVANCE_CHECK"):
-                advance_message = complete_job * K + advance_oldest[:k_bits]
-                m.d.sync += advancing.eq(msg_busy[advance_message] & (msg_seq[advance_message] == advance_oldest)
-                                         & msg_complete[advance_message])
-                m.next = "ADVANCE"
+                    # (whether the job's oldest message is complete now: this one, or one completed before)
+                    m.d.sync += advancing.eq(advances(advance_oldest, complete_k == advance_oldest[:k_bits]))
+                    m.next = "ADVANCE"
             with m.State("ADVANCE"):
-                # the job's oldest message completed: the window moves on, and every worker gets a CREDIT
-                m.d.comb += lossy_changing.eq(1)
+                # the job's oldest message completed: the window moves on, and every worker gets a CREDIT; whether
+                # the message after it is complete too is registered for the next clock (no state it reads is
+                # written here). (The window's oldest is not what ``due`` is made of: no ``lossy_changing``.)
                 with m.If(~advancing):
                     m.next = "IDLE"
                     take_header()
@@ -1532,7 +1538,7 @@ class StatusMonitor(wiring.Component):
                                  new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
                                  new_descriptor.workers.eq(job_n[complete_job]),
                                  new_descriptor.value.eq(advance_oldest + W_lossy)]
-                    m.next = "ADVANCE_CHECK"
+                    m.d.sync += advancing.eq(advances(advance_oldest + 1))
             with m.State("RELEASE_READ"):
                 m.d.sync += release_row.eq(release_row_now)
                 m.next = "RELEASE_CHECK"
