@@ -27,24 +27,24 @@
   back-to-back 60-byte frames that the switch only forwards (not RoCE: 8 beats at 64 bits, 1 at 512),
   port p's to a host on port p + 1 (mod P), all ports at once: input and output beats per clock in
   aggregate and per port.
-- Ports narrower than the core (``64b_ports_512b_core``; ``--narrow-ports``, default P = 1, 2, 4): 64-bit
-  ports into the 512-bit core (``NetReduceSwitch(port_width=64, width=512)``, ``hw.gearbox``), the
-  all-reduce over P ports, the smallest frames on every port (P > 1), and back-to-back ACKs of the
-  connections on every port at once, each on its responder's port (``acks``): the same figures, in the
-  ports' beats. ``--narrow-core 256``: the same into the 256-bit core (``64b_ports_256b_core``; P <= 2 there,
-  where the core is at least twice the ports' bits together); without ``--narrow-core`` the 512-bit core, and
-  no run at all if ``--width`` names none.
+- Ports narrower than the core (``64b_ports_512b_core``; ``--narrow-ports``, default P = 1, 2, 4): 64-bit ports into
+  the 512-bit core (``NetReduceSwitch(port_width=64, width=512)``, ``hw.gearbox``), the all-reduce over P ports, the
+  smallest frames on every port (P > 1), back-to-back ACKs of the connections on every port at once, each on its
+  responder's port (``acks``), and the bounded-loss class's all-reduce over P ports (``bounded_loss``): the same
+  figures, in the ports' beats. ``--narrow-core 256``: the same into the 256-bit core (``64b_ports_256b_core``; P <=
+  2 there, where the core is at least twice the ports' bits together); without ``--narrow-core`` the 512-bit core,
+  and no run at all if ``--width`` names none.
 - 512-bit ports into a 1,024-bit core (``512b_ports_1024b_core``; ``--wide-core``, default none: P = 1, 2):
   ``NetReduceSwitch(port_width=512, width=1024)`` (frames of an even number of port beats at line rate on
   every port at once, of an odd number b at b/(b + 1) of it, frames of one at one a clock in all); the same
   figures as for the 64-bit ports above, in the ports' beats.
-- The card (``card_512b_ports_1024b_core_100g``; ``--card``): the Alveo top's switch (two 512-bit ports into
-  the 1,024-bit core) with each port's frames at the pace of a 100 Gb/s line into its 250 MHz clock (400
-  bits a clock; ``tb.harness.Player``'s line pace: a frame no sooner than the line has carried the frames
-  before it, with their FCS, preamble and gap), both ports at once: the all-reduce, back-to-back frames of
-  no connection of 60 to 1,500 bytes, back-to-back ACKs. Each port's ``line_backlog_bytes`` (max and last):
-  how far its line got ahead of what the switch took, the bytes its receive buffer (``receive_buffer_bytes``)
-  would hold; a backlog that grows with the run is a line the switch does not keep up with.
+- The card (``card_512b_ports_1024b_core_100g``; ``--card``): the Alveo top's switch (two 512-bit ports into the
+  1,024-bit core) with each port's frames at the pace of a 100 Gb/s line into its 250 MHz clock (400 bits a clock;
+  ``tb.harness.Player``'s line pace: a frame no sooner than the line has carried the frames before it, with their
+  FCS, preamble and gap), both ports at once: the all-reduce, back-to-back frames of no connection of 60 to 1,500
+  bytes, back-to-back ACKs, the bounded-loss class's all-reduce. Each port's ``line_backlog_bytes`` (max and last):
+  how far its line got ahead of what the switch took, the bytes its receive buffer (``receive_buffer_bytes``) would
+  hold; a backlog that grows with the run is a line the switch does not keep up with.
 - ACKs on every port (``ports_acks``): for each P of ``ports`` above 1, back-to-back ACKs of the
   connections into every port at once, each on its responder's port (as ``acks`` above).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
@@ -230,8 +230,9 @@ def measure_acks(width, workers, ports):
 def measure_narrow_ports(port_width, width, workers, nbytes, ports):
     """Ports of ``port_width`` bits into the core of ``width`` bits (``hw.gearbox``): the sustained all-reduce
     with the workers spread over the ports, the smallest frames on every port (as ``ports`` and
-    ``ports_smallest`` measure them), and back-to-back ACKs of the connections on every port (``acks``);
-    beats are the ports' beats."""
+    ``ports_smallest`` measure them), back-to-back ACKs of the connections on every port (``acks``), and the
+    bounded-loss class's all-reduce over the ports (as ``bounded_loss`` measures it on one port); beats are the
+    ports' beats."""
     switch = NetReduceSwitch(width=width, port_width=port_width, workers=workers, jobs=1, ports=ports, mtu=MTU,
                              message_packets=MESSAGE_PACKETS, message_slots=MESSAGE_SLOTS)
     result = {"allreduce": port_figures(run_measure(switch, scenario(workers, nbytes, port_width, ports=ports),
@@ -242,18 +243,22 @@ def measure_narrow_ports(port_width, width, workers, nbytes, ports):
                                                       workers, ports_at_once=True))
     result["acks"] = port_figures(run_measure(switch, acks_on_every_port(workers, port_width, ports), workers,
                                               ports_at_once=True))
+    result["bounded_loss"] = port_figures(run_measure(
+        switch, scenario(workers, nbytes // 4, port_width, ports=ports, traffic_class="lossy"), workers,
+        ports_at_once=True))
     return result
 
 
 def measure_card(workers, nbytes):
     """The Alveo top's switch (``netreduce.hw.alveo``: two 512-bit ports into the 1,024-bit core) at the card's
     clocks: each port's frames at the pace of a 100 Gb/s line (``LINE_GBPS``) into the switch's clock of
-    ``CARD_MHZ``, both ports at once; the all-reduce of ``workers`` over the two ports, ``CARD_FRAMES``
-    back-to-back frames of no connection of each of ``CARD_FRAME_SIZES`` bytes into each port, and as many
-    back-to-back ACKs. Each port's ``line_backlog_bytes`` is what its receive ``FrameFilter`` would have held; it
-    holds ``receive_buffer_bytes`` and drops whole frames beyond. (The switch's own whole-frame buffers, two of
-    its longest frames a port, take what its core does not keep up with first: ``CARD_FRAMES`` are enough to
-    fill them, so that a line the core does not keep up with shows as a backlog that grows with the run.)"""
+    ``CARD_MHZ``, both ports at once; the all-reduce of ``workers`` over the two ports, ``CARD_FRAMES`` back-to-back
+    frames of no connection of each of ``CARD_FRAME_SIZES`` bytes into each port, as many back-to-back ACKs, and the
+    bounded-loss class's all-reduce over the two ports. Each port's ``line_backlog_bytes`` is what its receive
+    ``FrameFilter`` would have held; it holds ``receive_buffer_bytes`` and drops whole frames beyond. (The switch's
+    own whole-frame buffers, two of its longest frames a port, take what its core does not keep up with first:
+    ``CARD_FRAMES`` are enough to fill them, so that a line the core does not keep up with shows as a backlog that
+    grows with the run.)"""
     from netreduce.hw.alveo import CORE_WIDTH, WIDTH, filter_beats
     line_rate = round(LINE_GBPS * 1000 / CARD_MHZ)
     switch = NetReduceSwitch(width=CORE_WIDTH, port_width=WIDTH, workers=workers, jobs=1, ports=2, mtu=MTU,
@@ -268,6 +273,7 @@ def measure_card(workers, nbytes):
     for size in CARD_FRAME_SIZES:
         result[f"plain_{size}"] = paced(frames_on_every_port(workers, WIDTH, 2, size, CARD_FRAMES))
     result["acks"] = paced(acks_on_every_port(workers, WIDTH, 2, CARD_FRAMES))
+    result["bounded_loss"] = paced(scenario(workers, nbytes // 4, WIDTH, ports=2, traffic_class="lossy"))
     return result
 
 
