@@ -14,10 +14,10 @@ same messages before each frame as the golden model does.
   deadline is at or before the *frontier*, the arrival at the head (while no frame is waiting, ``now`` minus
   ``IDLE_MARGIN``, since a frame that went in since then may not have its stamp at the head yet),
   registered, and the message still open.
-- ``fresh``: ``due`` was computed from the stamp at the head as it is and from the state as it is: the
-  head was not taken a clock ago, the monitor wrote no bounded-loss state (``changing``) and no job was
-  restarted (``restarting``) a clock ago. The monitor takes a frame while messages are open only when
-  ``fresh``, and completes the ``due`` messages first.
+- ``fresh``: ``due`` was computed from the stamp at the head as it is and from the state as it is: the head was not
+  taken a clock ago, the monitor wrote none of the state ``due`` is made of (``changing``: a message opened or
+  completed) and no job was restarted (``restarting``) a clock ago. The monitor takes a frame while messages are
+  open only when ``fresh``, and completes the ``due`` messages first.
 - ``expire``: the due message to complete first, in the golden model's order: the earliest deadline, then
   the first job, then the first message of the job's window from its ``oldest``. A job's messages open in
   the order of its window (a frame opens every message up to its own at its arrival, and the monitor takes

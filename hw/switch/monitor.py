@@ -1102,7 +1102,8 @@ class StatusMonitor(wiring.Component):
 
         # Deadlines (``deadlines.Deadlines``): while messages are open (``live``), the monitor takes a header only
         # while ``fresh`` (``due`` computed from the arrival at the head and from the state as it is), and
-        # completes the ``due`` messages first (EXPIRE), ``expire`` first.
+        # completes the ``due`` messages first (EXPIRE), ``expire`` first. ``lossy_changing``: the monitor writes
+        # what ``due`` is made of (a message opens or completes, in LOSSY, RR_APPLY and COMPLETE).
         lossy_changing = Signal()
         h_arrival = Signal(32)      # the arrival of the frame the monitor holds
         m.d.comb += [deadlines.lossy.eq(Cat(*job_lossy)), deadlines.changing.eq(lossy_changing),
