@@ -18,7 +18,9 @@ against the model fed the same frames:
   ``stored`` for each RESULTS descriptor that is not a resend.
 
 A second scenario acknowledges the reliable job's messages with ACKs back to back (no idle clock), the same
-checks; at 512 bits, where an ACK is one beat, each run of ACKs must take one clock an ACK.
+checks; at 512 bits, where an ACK is one beat, each run of ACKs must take one clock an ACK. A third sends
+bounded-loss contributions back to back, the same checks; at 512 bits each contribution's clocks after its last
+beat are counted (``test_back_to_back_contributions``).
 """
 
 import random
