@@ -20,7 +20,8 @@ against the model fed the same frames:
 A second scenario acknowledges the reliable job's messages with ACKs back to back (no idle clock), the same
 checks; at 512 bits, where an ACK is one beat, each run of ACKs must take one clock an ACK. A third sends
 bounded-loss contributions back to back, the same checks; at 512 bits each contribution's clocks after its last
-beat are counted (``test_back_to_back_contributions``).
+beat are counted (``test_back_to_back_contributions``). A fourth restarts the bounded-loss job in the clocks
+around a contribution's last beat: the restart applies after that frame.
 """
 
 import random
@@ -39,7 +40,7 @@ from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.monitor import StatusMonitor
 from netreduce.hw.switch.records import HeaderRecords
 from netreduce.hw.switch.registers import SwitchRegisters
-from netreduce.registers import COUNTERS, switch_config_writes
+from netreduce.registers import COUNTERS, register_writes, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
 from netreduce.sim.roce_model import parse_frame
 from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, ControlType
@@ -151,11 +152,14 @@ def scenario():
     return fabric, frames
 
 
-def model_kinds(fabric, frames):
+def model_kinds(fabric, frames, restart_before=None):
     """The model's frames out, in order, each as the kind of descriptor that stands for it; the parsed
-    header of each frame that goes on; the stored header of each contribution the model keeps."""
+    header of each frame that goes on; the stored header of each contribution the model keeps. With
+    ``restart_before``, the jobs start afresh (an enable written) before that frame."""
     kinds, forwarded, contributions = [], [], []
-    for port, frame in frames:
+    for index, (port, frame) in enumerate(frames):
+        if index == restart_before:
+            fabric.switch._configure(fabric.config)         # as a job's enable written, in the model
         before = dict(fabric.switch.counters)
         out = fabric.send(frame, port)
         reason = [name for name in COUNTERS if name not in ("frames_in", "frames_out", "results_sent",
@@ -186,12 +190,16 @@ def descriptor_kinds(descriptors):
     return kinds
 
 
-def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU):
+def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU, restart=None):
     """Send ``frames`` (``(port, frame)`` each) through the bench (built for ``mtu``), offered with ``idle``
     clocks and taken with ``backpressure`` (none taken in the first ``hold`` clocks), and check it against the
     model fed the same frames: every counter but ``frames_out``, the descriptors' kinds in order, each forwarded
-    frame's header record, each sum request. Returns the model's counters and the clock (from the start of the
-    run) of each frame's last payload beat into the monitor, in frame order."""
+    frame's header record, each sum request. With ``restart = (i, clocks, writes)``, the register ``writes``
+    (enables) are written, one a clock, from that many clocks after the clock frame i's first payload beat goes
+    into the monitor, and the model's jobs start afresh after frame i (the frame the monitor holds then).
+    Returns the model's counters, the clock (from the start of the run) of each frame's last payload beat into
+    the monitor, in frame order, and with ``restart``, the clock of the first write, those the monitor saw an
+    enable in, and those it took each header from ``frames`` in."""
     config_writes = switch_config_writes(fabric.config, WORKERS)
     bench, sim = shared_simulator(("monitor", width, mtu), lambda: MonitorBench(width, mtu))
     monitor, regs = bench.monitor, bench.registers
@@ -208,6 +216,28 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
         while not configured:
             await ctx.tick()
         await send_records(bench.match.port, [port for port, _ in frames], idle=idle / 2, seed=5)(ctx)
+
+    restarted_at = []
+
+    async def restart_job(ctx):
+        """``restart[2]`` written from ``restart[1]`` clocks after frame ``restart[0]``'s first payload beat."""
+        index, clocks, writes = restart
+        clock, frames_done, first_seen = 0, 0, False
+        while True:
+            payload = monitor.payload
+            if configured and not first_seen and frames_done == index and ctx.get(payload.valid) \
+                    and ctx.get(payload.ready):
+                first_seen = True
+                if clocks:
+                    await ctx.tick().repeat(clocks)
+                clock += clocks
+                restarted_at.append(clock)
+                await write_registers(ctx, regs.csr, writes)
+                return
+            if ctx.get(payload.valid) and ctx.get(payload.ready) and ctx.get(payload.payload.last):
+                frames_done += 1
+            clock += 1
+            await ctx.tick()
 
     async def take_descriptors(ctx):
         """The emitter's part: take descriptors, with backpressure; read each FORWARD frame's words out of the
@@ -229,11 +259,11 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
                     ctx.set(monitor.results_sent, {"valid": 1, "message": int(d.job) * SLOTS + int(d.k)})
             await ctx.tick()
 
-    counters_now, last_beats, stored_headers, stored = [], [], [], []
+    counters_now, last_beats, stored_headers, stored, header_takes, enabled_at = [], [], [], [], [], []
 
     async def watch(ctx):
-        """The counters, the clock of each frame's last payload beat taken by the monitor, the header store's
-        writes and the ``stored`` strobes."""
+        """The counters, the clock of each frame's last payload beat taken by the monitor and of each header
+        taken from ``frames``, of each enable, the header store's writes and the ``stored`` strobes."""
         clock = 0
         records = bench.records
         while True:
@@ -241,6 +271,10 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
             payload = monitor.payload
             if ctx.get(payload.valid) and ctx.get(payload.ready) and ctx.get(payload.payload.last):
                 last_beats.append(clock)
+            if ctx.get(monitor.frames.valid) and ctx.get(monitor.frames.ready):
+                header_takes.append(clock)
+            if ctx.get(monitor.job_enabled) or ctx.get(monitor.connection_enabled):
+                enabled_at.append(clock)
             if ctx.get(records.store_write.en):
                 value = ctx.get(records.store_write.data)
                 stored_headers.append({name: int(getattr(value, name)) for name in StoredHeader.members})
@@ -248,7 +282,8 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
             clock += 1
             await ctx.tick()
 
-    expected_kinds, expected_forwarded, expected_stored = model_kinds(fabric, frames)
+    expected_kinds, expected_forwarded, expected_stored = model_kinds(fabric, frames,
+                                                                      restart and restart[0] + 1)
     settled = []
 
     def done():
@@ -258,7 +293,7 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
                 len(descriptor_kinds(descriptors)) >= len(expected_kinds):
             settled.append(True)
         return len(settled) > 4
-    run(bench, [configure_then_send, send_ports],
+    run(bench, [configure_then_send, send_ports, *([restart_job] if restart else [])],
         [take_descriptors,
          collect_records(bench.records.headers, headers, backpressure=backpressure, seed=7),
          collect_records(monitor.sum_requests, requests, backpressure=backpressure, seed=8), watch],
@@ -282,6 +317,8 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     for request, d in zip(requests, sums, strict=True):
         assert (int(request.slot), int(request.result_slot)) == (int(d.slot), int(d.rslot))
         assert int(request.mask) == (1 << WORKERS) - 1        # every worker contributed to each message
+    if restart:
+        return model, last_beats, (restarted_at[0], enabled_at, header_takes)
     return model, last_beats
 
 
@@ -427,3 +464,59 @@ def test_frames_of_no_connection_back_to_back_after_a_stall():
     # after the stall, frames went through a few clocks apart (buffered), not a frame's 8 wire beats apart
     gaps = [b - a for a, b in zip(last_beats, last_beats[1:], strict=False)]
     assert min(gaps) <= 2, gaps
+
+
+def restarted_between(width, frames, fabric, index, ahead, writes):
+    """Run ``frames`` with ``writes`` (enables) written one a clock, the first ``ahead`` clocks before frame
+    ``index``'s last payload beat, checking that every enable reached the monitor while it held that frame
+    (after its header was taken, two clocks before the next one): the model restarts after it. Returns the
+    model's counters and the clocks from the frame's last payload beat to the first write (the payload's
+    beats are counted from its bytes, which the parser's alignment may leave a beat short)."""
+    payload = len(parse_frame(frames[index][1]).payload)
+    payload_beats = -(-payload // (width // 8))
+    model, last_beats, (written, enabled, takes) = run_against_model(
+        width, fabric, frames, idle=0, backpressure=0, mtu=LONG_MTU,
+        restart=(index, payload_beats - 1 - ahead, writes))
+    seen = enabled[-len(writes):]           # (the ones before: the configuration's)
+    assert takes[index] < seen[0] and seen[-1] < takes[index + 1] - 2, (takes, seen)
+    return model, written - last_beats[index]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("ahead", [2, 1, 0, -1, -2])
+def test_a_job_restarted_while_a_contribution_is_decided(width, ahead):
+    """The bounded-loss job's enable is written ``ahead`` clocks before the last payload beat of the
+    contribution that fills its first message (after it where negative: in the clocks that decide it): the
+    restart waits for that frame's decision and applies before the next header, so that the same three
+    contributions fill the message again afresh, as in the model with the jobs restarted between the frames.
+    (At 512 bits the message is read while the payload streams: a restart that applied there would leave the
+    frame's read of its message stale; at 64 bits one in LOSSY_READ would.)"""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU)
+    frames = []
+    data, _ = builders(fabric, frames, np.random.default_rng(10))
+    for w in (0, 1, 2, 0, 1, 2):
+        data(w, 0, 0, job=JOB, n=40)
+    data(0, 1, 0, job=JOB, n=40)
+    model, after_last = restarted_between(width, frames, fabric, 2, ahead, register_writes("job", 0, enable=1))
+    assert after_last == -ahead
+    assert {name: model[name] for name in ("aggregated", "late", "duplicates_dropped", "credits_sent")} == \
+        {"aggregated": 7, "late": 0, "duplicates_dropped": 0, "credits_sent": 2 * WORKERS}
+
+
+@pytest.mark.parametrize("ahead", [6, 3])
+def test_connections_restarted_while_a_contribution_is_decided(ahead):
+    """The reliable job's connections and then the job are enabled again while the contribution that completes
+    its first message streams: they restart after it, so that the same contributions, at their connections'
+    first PSNs again, are in sequence and complete the message afresh (a connection that restarted before the
+    commit of its frame would take them as retransmissions)."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU, reliable_too=True)
+    frames = []
+    data, _ = builders(fabric, frames, np.random.default_rng(11))
+    for w in (0, 1, 2, 0, 1, 2):
+        data(w, 0, 0, n=40)
+    data(0, 1, 1, n=40)
+    writes = [write for w in range(WORKERS)
+              for write in register_writes("connection", WORKERS + w, enable=1)]
+    model, _ = restarted_between(64, frames, fabric, 2, ahead, writes + register_writes("job", 1, enable=1))
+    assert {name: model[name] for name in ("aggregated", "duplicates_answered", "duplicates_dropped")} == \
+        {"aggregated": 7, "duplicates_answered": 0, "duplicates_dropped": 0}

@@ -264,14 +264,22 @@ class StatusMonitor(wiring.Component):
         def workers_mask(j):
             return Cat(*[Const(w) < job_n[j] for w in range(N)])
 
+        # A written enable restarts its job or connection between frames: it waits (``restart_jobs``,
+        # ``restart_connections``) until the monitor holds no frame, takes no header meanwhile, and applies in
+        # IDLE (``restarting``), so that no frame is decided on state from both sides of it.
+        restart_jobs, restart_connections = Signal(J), Signal(C)
+        restarting = Signal()
+        restart_pending = restart_jobs.any() | restart_connections.any()
+        m.d.sync += [restart_jobs.eq(Mux(restarting, 0, restart_jobs) | self.job_enabled),
+                     restart_connections.eq(Mux(restarting, 0, restart_connections) | self.connection_enabled)]
         for c in range(C):
-            with m.If(self.connection_enabled[c]):
+            with m.If(restarting & restart_connections[c]):
                 first_message = job_start_msg[c // N]
                 m.d.sync += [expected[c].eq(start_psn[c]), delivered[c].eq(start_psn[c] - 1),
                              sent[c].eq(start_psn[c] - 1), next_seq[c].eq(first_message),
                              next_k[c].eq(first_message[:k_bits]), in_msg[c].eq(0), cur_k[c].eq(0)]
         for j in range(J):
-            with m.If(self.job_enabled[j]):
+            with m.If(restarting & restart_jobs[j]):
                 m.d.sync += job_oldest[j].eq(job_start_msg[j])
                 for k in range(K):
                     m.d.sync += msg_busy[j * K + k].eq(0)
@@ -986,9 +994,6 @@ class StatusMonitor(wiring.Component):
         # goes from its last beat straight to LOSSY (``probes_in_stream``); else in LOSSY_READ.
         probes_in_stream = lossy_delay == 0
         message_in_payload = big_endian(window_now, _MSG_SEQ_BYTE - 3, 4)
-        restarted = Signal()        # a job restarted a clock ago
-        if probes_in_stream:
-            m.d.sync += restarted.eq(deadlines.restarting)
         probe_k = probe_seq[:k_bits]
         probe_message = probe_job * K + probe_k
         probe_slot = lossy_slot(probe_job, probe_k)
@@ -1107,7 +1112,7 @@ class StatusMonitor(wiring.Component):
         lossy_changing = Signal()
         h_arrival = Signal(32)      # the arrival of the frame the monitor holds
         m.d.comb += [deadlines.lossy.eq(Cat(*job_lossy)), deadlines.changing.eq(lossy_changing),
-                     deadlines.restarting.eq(self.job_enabled.any())]
+                     deadlines.restarting.eq(restarting)]
         for j in range(J):
             m.d.comb += [deadlines.deadline[j].eq(job_deadline[j]), deadlines.oldest[j].eq(job_oldest[j])]
         for i in range(J * K):
@@ -1147,7 +1152,7 @@ class StatusMonitor(wiring.Component):
                              record_pending.eq(0)]
 
         # the next header may be taken: what ``take_header`` asks, registered. It still holds a clock later
-        # where in this clock no header was taken, no bounded-loss state written and no job restarted:
+        # where in this clock no header was taken, no bounded-loss state written and no restart pending:
         # ``frames`` and the deadlines' head are taken only by the monitor, so the header stays and its
         # stamp with it; ``due`` changes only with the head and that state (a head that came a clock ago is
         # not yet ``fresh``). ``stateless_next``: and it is of no connection.
@@ -1156,7 +1161,8 @@ class StatusMonitor(wiring.Component):
         if self.registered_take:
             m.d.sync += [
                 take_allowed.eq(self.frames.valid & ~taken_now & ~record_pending & ~lossy_changing
-                                & ~deadlines.restarting & ~due_live.any() & (~live.any() | fresh)),
+                                & ~restart_pending & ~self.job_enabled.any() & ~self.connection_enabled.any()
+                                & ~due_live.any() & (~live.any() | fresh)),
                 stateless_next.eq(~self.frames.payload.match.data & ~self.frames.payload.match.ack),
             ]
 
@@ -1200,7 +1206,9 @@ class StatusMonitor(wiring.Component):
                 """Take the next frame's header (from IDLE, or in the clock of a commit); first complete the
                 bounded-loss messages whose deadline has come (EXPIRE). With ``registered_take`` the header
                 is loaded in TAKE, the clock after the decision, whose state alone enables the loads."""
-                with m.If(due_live.any()):
+                with m.If(restart_pending):
+                    m.next = "IDLE"
+                with m.Elif(due_live.any()):
                     m.next = "EXPIRE"
                 with m.Elif(self.frames.valid & (~live.any() | fresh)):
                     if self.registered_take:
@@ -1322,6 +1330,7 @@ class StatusMonitor(wiring.Component):
                                          fate.results.eq(1)]
 
             with m.State("IDLE"):
+                m.d.comb += restarting.eq(restart_pending)
                 take_header()
             if self.registered_take:
                 with m.State("TAKE"):
@@ -1395,7 +1404,7 @@ class StatusMonitor(wiring.Component):
                 m.d.sync += own_psn_in_stream
                 if probes_in_stream:
                     # (each clock registers the probe from the key of the clock before, once the first beat
-                    # has been taken: the state it reads changes only after the last beat, or at a restart)
+                    # has been taken: the state it reads changes only after the last beat; a restart waits)
                     with m.If(lossy_writing):
                         m.d.sync += [*probe_for(plan.job, message_in_payload, plan.worker), probe.eq(probe_now)]
                 with m.If(self.payload.valid & self.payload.ready):
@@ -1428,7 +1437,7 @@ class StatusMonitor(wiring.Component):
                         m.next = "LOSSY_READ"
                         if probes_in_stream:
                             # the probe registered with this beat is of this frame's message: decided next
-                            with m.If((beat_index != 0) & ~deadlines.restarting & ~restarted):
+                            with m.If(beat_index != 0):
                                 m.next = "LOSSY"
                         else:
                             m.d.sync += probe_for(plan.job, message_in_payload, plan.worker)

@@ -1,12 +1,12 @@
 """The switch's configuration and counters behind its ``csr`` port (``SwitchRegisters``).
 
-The configuration is the register map of ``netreduce.registers`` (decoded by ``hw.csr.decode_registers``),
-held as records that the other components read: ``switch`` (its addresses), ``jobs``, ``connections``
-(each with the *place* of its requester and of its responder: MAC, IPv4 address, port, VLAN) and the
-``forwarding`` table. Writing an enable also pulses ``job_enabled`` or ``connection_enabled`` for a clock,
-for the state that the enable resets. ``connection_write`` carries each write to the connection block's words
-(``hw.csr.block_write_layout``) to the components that keep the connections' fields they read by connection in
-a ``ConnectionTable`` of their own, in the clock ``connections`` takes it.
+The configuration is the register map of ``netreduce.registers`` (decoded by ``hw.csr.decode_registers``), held as
+records that the other components read: ``switch`` (its addresses), ``jobs``, ``connections`` (each with the *place* of
+its requester and of its responder: MAC, IPv4 address, port, VLAN) and the ``forwarding`` table. Writing an enable also
+pulses ``job_enabled`` or ``connection_enabled`` for a clock, for the state that the enable resets (which the monitor
+resets between frames). ``connection_write`` carries each write to the connection block's words
+(``hw.csr.block_write_layout``) to the components that keep the connections' fields they read by connection in a
+``ConnectionTable`` of their own, in the clock ``connections`` takes it.
 
 Each port's egress stage (``hw.egress.EgressQueues``) takes its configuration from ``egress[p]`` and shows
 its counters through ``egress_status[p]`` (the register map's ``egress`` block); the reset values are the
