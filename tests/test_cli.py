@@ -80,7 +80,8 @@ def test_a_board_with_switch_defaults_of_its_own_gets_them_unless_the_command_li
     args, got = parsed("--board", "versa-ecp5", "--workers", str(BOARD_DEFAULTS["workers"]), "--egress-queues", "3",
                        "--bounded-loss")
     assert got[:3] + got[4:] == (BOARD_DEFAULTS["workers"], versa["forwarding_entries"], 3, True)
-    assert all(type(value) in (int, bool, str, float, type(None)) or callable(value) for value in vars(args).values())
+    assert all(type(value) in (int, bool, str, float, list, type(None)) or callable(value)
+               for value in vars(args).values())
     general = build_parser().parse_args(["generate", "--out", "x"])     # (the options BOARD_DEFAULTS leaves)
     # one port: a forwarding table of one entry, and the general defaults otherwise (the bounded-loss class
     # and the egress queues included)

@@ -213,7 +213,11 @@ def test_a_router_that_diverges_is_told_from_one_that_converges():
 
 def test_a_build_whose_router_diverges_stops_and_says_why(tmp_path, monkeypatch):
     """``netreduce build`` stops a place and route whose router2 diverges, with the counts, instead of
-    letting it run for hours; with ``--keep-routing`` the same run is waited for."""
+    letting it run for hours, and places and routes again with the next seed given, keeping the log of the
+    one given up on; with every seed given up on it stops and says why; with ``--keep-routing`` the same run
+    is waited for. (Here router2 diverges with seed 1 and converges with the others.)"""
+    import json
+
     from netreduce.cli import UserError, build_parser
     build = stand_in_tools(tmp_path, monkeypatch, 40000)
     monkeypatch.setattr(build, "PROGRESS_SECONDS", 0.2)
@@ -221,18 +225,26 @@ def test_a_build_whose_router_diverges_stops_and_says_why(tmp_path, monkeypatch)
     diverging = router_log(DIVERGED).replace("\n", "\\n")
     nextpnr.write_text(nextpnr.read_text().replace(
         "*) echo", "*) log=; prev=; for a in \"$@\"; do [ \"$prev\" = --log ] && log=$a; prev=$a; done\n"
-        f"  printf '{diverging}' > \"$log\"; sleep 3; echo"))
-    for keep, outcome in ((False, "stopped"), (True, "routed")):
-        out = tmp_path / f"out_{keep}"
+        f"  case \"$*\" in *'--seed 1 '*) printf '{diverging}' > \"$log\"; sleep 3;; esac; echo"))
+    name = "netreduce_versa_ecp5_loopback"
+    reason = "router2 does not converge: its overused wires fell to 597 at iteration 24"
+    for options, outcome in ((["--seed", "1"], "stopped"), (["--keep-routing"], "routed"), ([], "routed")):
+        out = tmp_path / f"out_{len(options)}_{outcome}"
         args = build_parser().parse_args(["build", "--board", "versa-ecp5", "--loopback", "--out", str(out)]
-                                         + ["--keep-routing"] * keep)
+                                         + options)
         if outcome == "stopped":
-            with pytest.raises(UserError, match="place and route \\(nextpnr\\) stopped: router2 does not "
-                                                "converge: its overused wires fell to 597 at iteration 24"):
+            with pytest.raises(UserError, match=f"place and route \\(nextpnr\\) stopped with every seed given "
+                                                f"\\(1: {reason}"):
                 build.run(args)
             assert not (out / "placed").exists() and not (out / "packed").exists()
+            assert "iter=24 wires=600024 overused=597 " in (out / f"{name}.seed1.tim").read_text()
         else:
             assert build.run(args) == 0 and (out / "placed").exists()
+            summary = json.loads((out / f"{name}.summary.json").read_text())
+            seed = 1 if options else 2
+            assert f"--seed {seed} " in (out / "placed").read_text() and summary["seed"] == seed
+            assert list(summary["not_routed"]) == ([] if options else ["1"])
+            assert (out / f"{name}.seed1.tim").exists() == (not options)
 
 
 def test_a_step_left_early_stops_its_tool(tmp_path):

