@@ -1,12 +1,17 @@
 """Test helpers: the RoCE v2 captures from real NICs (tests/data/captures, with their provenance in its
 README.md), independent references written from the RFCs and the IBA, register writes through a
-``csr`` port in amaranth.sim, and a golden model with one bounded-loss job and its workers' frames."""
+``csr`` port in amaranth.sim, a golden model with one bounded-loss job and its workers' frames, and the frames
+of the parser's and the deparser's unit tests."""
 
+import random
 from pathlib import Path
 
 import numpy as np
+from hypothesis import strategies as st
 
+from netreduce.host import strategies as roce_st
 from netreduce.host.packets import build_roce_frame
+from netreduce.host.pcap import read_pcap
 from netreduce.host.protocol import AggHeader, ControlMessage, build_control_frame
 from netreduce.registers import READ_LATENCY, block
 from netreduce.sim.switch_model import ConnectionConfig, JobClass, JobConfig, SwitchConfig, SwitchModel
@@ -236,3 +241,28 @@ class Fabric:
 
 def elements(rng, n=8):
     return (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n)).astype(np.float32)
+
+
+# --- frames for the parser's and the deparser's unit tests -----------------------------------------------
+
+def capture_sample(count, seed):
+    """``count`` frames of the captures (all of them if fewer), drawn with ``seed``."""
+    frames = [frame for path in capture_files() for frame in read_pcap(path)]
+    return random.Random(seed).sample(frames, min(count, len(frames)))
+
+
+def ip_versions_mix():
+    """RoCE and plain UDP over IPv4 and IPv6, tagged and not, with a DSCP each."""
+    frames = []
+    for i, (v6, vlan) in enumerate([(False, None), (True, None), (True, 5), (False, 9)] * 3):
+        addresses = dict(ipv6=True, src_ip="fd00::1", dst_ip="fd00::2") if v6 else {}
+        frames.append(build_roce_frame(0x0A, bytes(range(i, i + 40)), reth=(0x1000 * i, 7, 40), psn=i,
+                                       vlan=vlan, dscp=i + 1, **addresses))
+        frames.append(build_roce_frame(0x04, bytes(i), psn=i, dport=9, vlan=vlan, dscp=i + 20, **addresses))
+    return frames
+
+
+# hypothesis: lists of valid and malformed frames (the parser's and the deparser's unit tests)
+FRAME_MIX = st.lists(st.one_of(roce_st.roce_frames(max_payload=300),
+                               roce_st.malformed_frames().map(lambda bad: bad.frame)),
+                     min_size=1, max_size=8)
