@@ -10,11 +10,12 @@ per-connection, per-message and per-packet-slot state, one frame at a time:
   ahead of the monitor as headers arrive (the whole record waits in ``records.HeaderRecords``);
 - ``payload``: the parser's payload stream with its verdicts, one beat a clock.
 
-``IDLE`` takes a header; ``LOOKUP`` plans the frame from the header, its match and the connection and slot state
-(registered; at 64 bits the job's oldest message's row is read as the header loads, in ``TAKE``, the connection's
-state into a registered view in ``LOOKUP_READ`` and the packet slot it points to in ``LOOKUP_SLOT``, each a clock
-before the next; a frame of no connection skips them, its plan being its match, and at 512 bits an ACK skips
-``LOOKUP``, planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload at one beat per clock into
+``IDLE`` takes a header (first applying a job's or connection's restart, its enable written, which waits there
+for the frame the monitor holds); ``LOOKUP`` plans the frame from the header, its match and the connection and
+slot state (registered; at 64 bits the job's oldest message's row is read as the header loads, in ``TAKE``, the
+connection's state into a registered view in ``LOOKUP_READ`` and the packet slot it points to in ``LOOKUP_SLOT``,
+each a clock before the next; a frame of no connection skips them, its plan being its match, and at 512 bits an ACK
+skips ``LOOKUP``, planned as its header is taken, ``ack_plan``); ``STREAM`` takes the payload at one beat per clock into
 the packet ring (``ring_write``: frames that go on) or into the worker's bank of the slot memory (``slot_write``:
 contributions), checks the aggregation header lane by lane as it passes and keeps the first 64 bytes. The frame
 commits with its last beat; at 64 bits a frame of a connection commits in ``COMMIT``, the clock after it, from the
