@@ -467,16 +467,17 @@ def test_frames_of_no_connection_back_to_back_after_a_stall():
     assert min(gaps) <= 2, gaps
 
 
-def restarted_between(width, frames, fabric, index, ahead, writes, clocks=None):
-    """Run ``frames`` with ``writes`` (enables) written one a clock, the first ``ahead`` clocks before frame
-    ``index``'s last payload beat (or ``clocks`` after its first), checking that every enable reached the
-    monitor while it held that frame (after its header was taken, two clocks before the next one): the model
-    restarts after it. Returns the model's counters and the clocks from the frame's last payload beat to the
-    first write (the payload's beats are counted from its bytes, which the parser's alignment may leave a
-    beat short)."""
-    if clocks is None:
-        payload = len(parse_frame(frames[index][1]).payload)
-        clocks = -(-payload // (width // 8)) - 1 - ahead
+def payload_beats(frame, width):
+    """The beats of ``frame``'s payload into the monitor, counted from its bytes (the parser's alignment may
+    leave it a beat more)."""
+    return -(-len(parse_frame(frame).payload) // (width // 8))
+
+
+def restarted_between(width, frames, fabric, index, clocks, writes):
+    """Run ``frames`` with ``writes`` (enables) written one a clock, the first ``clocks`` clocks after frame
+    ``index``'s first payload beat, checking that every enable reached the monitor while it held that frame
+    (after its header was taken, two clocks before the next one): the model restarts after it. Returns the
+    model's counters and the clocks from the frame's last payload beat to the first write."""
     model, last_beats, (written, enabled, takes) = run_against_model(
         width, fabric, frames, idle=0, backpressure=0, mtu=LONG_MTU, restart=(index, clocks, writes))
     seen = enabled[-len(writes):]           # (the ones before: the configuration's)
@@ -499,7 +500,8 @@ def test_a_job_restarted_while_a_contribution_is_decided(width, ahead):
     for w in (0, 1, 2, 0, 1, 2):
         data(w, 0, 0, job=JOB, n=40)
     data(0, 1, 0, job=JOB, n=40)
-    model, after_last = restarted_between(width, frames, fabric, 2, ahead, register_writes("job", 0, enable=1))
+    model, after_last = restarted_between(width, frames, fabric, 2, payload_beats(frames[2][1], width) - 1 - ahead,
+                                          register_writes("job", 0, enable=1))
     assert after_last == -ahead
     assert {name: model[name] for name in ("aggregated", "late", "duplicates_dropped", "credits_sent")} == \
         {"aggregated": 7, "late": 0, "duplicates_dropped": 0, "credits_sent": 2 * WORKERS}
@@ -519,7 +521,8 @@ def test_connections_restarted_while_a_contribution_is_decided(ahead):
     data(0, 1, 1, n=40)
     writes = [write for w in range(WORKERS)
               for write in register_writes("connection", WORKERS + w, enable=1)]
-    model, _ = restarted_between(64, frames, fabric, 2, ahead, writes + register_writes("job", 1, enable=1))
+    model, _ = restarted_between(64, frames, fabric, 2, payload_beats(frames[2][1], 64) - 1 - ahead,
+                                 writes + register_writes("job", 1, enable=1))
     assert {name: model[name] for name in ("aggregated", "duplicates_answered", "duplicates_dropped")} == \
         {"aggregated": 7, "duplicates_answered": 0, "duplicates_dropped": 0}
 
@@ -546,7 +549,7 @@ def lossy_traffic_and_a_restart(draw, width):
             if kind == "bad icrc":
                 port, frame = frames.pop()
                 frames.append((port, corrupted(frame)))
-    beats = [-(-len(parse_frame(frame).payload) // (width // 8)) for _, frame in frames]
+    beats = [payload_beats(frame, width) for _, frame in frames]
     index = draw(st.sampled_from([i for i, b in enumerate(beats) if b >= 2] or [None]))
     assume(index is not None)
     return fabric, frames, index, draw(st.integers(0, beats[index] - 2))
@@ -560,4 +563,4 @@ def test_a_job_restarted_in_random_traffic(width, data):
     every frame before it is decided on the state before the restart, every frame after on the fresh state,
     as in the model restarted between them (the frames, descriptors and counters of ``run_against_model``)."""
     fabric, frames, index, clocks = data.draw(lossy_traffic_and_a_restart(width))
-    restarted_between(width, frames, fabric, index, None, register_writes("job", 0, enable=1), clocks=clocks)
+    restarted_between(width, frames, fabric, index, clocks, register_writes("job", 0, enable=1))
