@@ -300,8 +300,7 @@ def run(args):
 
     def step(title, command, key, log=None, give_up=None):
         try:
-            steps[key] = steps.get(key, 0) + run_step(title, command, out, env, log, every=PROGRESS_SECONDS,
-                                                      give_up=give_up)
+            steps[key] = run_step(title, command, out, env, log, every=PROGRESS_SECONDS, give_up=give_up)
         except subprocess.CalledProcessError as error:
             raise UserError(f"{title} failed (logs in {out}):\n{error.output}") from None
 
@@ -339,8 +338,8 @@ def run(args):
                 raise UserError(f"the design does not fit the {args.board}'s FPGA: {'; '.join(over)} after "
                                 f"packing (docs/ARCHITECTURE.md, \"Boards\"). A smaller switch (--workers, "
                                 f"--jobs, --message-slots, --mtu) or a larger board.")
-        watch = variable == "NEXTPNR_ECP5" and args.router == "router2" and not args.keep_routing
         if variable == "NEXTPNR_ECP5":
+            watch = args.router == "router2" and not args.keep_routing
             routed_with = place_and_route(title, command, f"{variable.lower()}_s", logs[variable],
                                           router_log_diverges if watch else None)
         else:
