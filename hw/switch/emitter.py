@@ -55,7 +55,7 @@ from ...wire import (
     ControlType,
 )
 from ..csr import block_write_layout
-from ..deparser import lanes_below
+from ..deparser import checksum_of_sum, lanes_below
 from ..slots import result_read_signature, sum_done_layout
 from ..stream import ParsedHeader, PayloadBeat, check_width
 from .connection_table import ConnectionTable
@@ -278,10 +278,16 @@ class Emitter(wiring.Component):
         m.d.sync += stores_ready.eq(stores_ready + self.stored - store_used)
 
         control_beats = -(-ETH_MIN_FRAME // B)
+        # (the descriptor's job and worker of the next clock, ``d.job`` and ``worker`` then: a CREDIT's
+        # requester is read from its table a clock ahead, below)
+        job_next, worker_next = Signal.like(d.job), Signal.like(worker)
+        m.d.comb += [job_next.eq(d.job), worker_next.eq(worker)]
+        m.d.sync += worker.eq(worker_next)
         with m.If(go):
             m.d.sync += beat_no.eq(Mux(is_last, 0, beat_no + 1))
             with m.If(is_last & more):
-                m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
+                m.d.comb += worker_next.eq(worker + 1)
+                m.d.sync += more.eq(worker + 2 < d.workers)
         take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
         needs_sum = (job.kind == RESULTS) & ~job.resend
         takeable = header_jobs.w_rdy & (~needs_sum | (stores_ready != 0))
@@ -292,7 +298,8 @@ class Emitter(wiring.Component):
                 several = job.all                   # one frame per worker, from worker 0
                 m.d.comb += store_used.eq(needs_sum)
                 sum_now = needs_sum & (sums_ready != 0)
-                m.d.sync += [d.eq(job), worker.eq(Mux(several, 0, job.worker)),
+                m.d.comb += [job_next.eq(job.job), worker_next.eq(Mux(several, 0, job.worker))]
+                m.d.sync += [d.eq(job),
                              more.eq(several & (job.workers > 1)),
                              # (a payload of no bytes still takes one word, with no byte kept)
                              last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
@@ -318,12 +325,17 @@ class Emitter(wiring.Component):
         with m.If(go & from_ring):
             m.d.sync += self.ring_read.eq(self.ring_read + 1)
 
-        # a CREDIT control frame, 60 bytes, to the requester of the worker's connection
+        # a CREDIT control frame, 60 bytes, to the requester of the worker's connection, read from its table in
+        # the clock before (at the connection of the next clock's job and worker), so that the frame's paths
+        # start at a register: a write to that requester's address reaches the frames a clock after the table
         sw = self.switch
-        m.d.comb += credit_connections.conn.eq(d.job * N + worker)
-        dst_ip = credit_connections.entry.requester_ip
-        built = control_frame(B, dst_mac=credit_connections.entry.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
-                              src_ip=sw.ip, checksum=control_checksum(m, sw.ip, dst_ip), port=sw.control_port,
+        requester = Signal(credit_connections.Entry, reset_less=True)
+        m.d.comb += credit_connections.conn.eq(job_next * N + worker_next)
+        m.d.sync += requester.eq(credit_connections.entry)
+        dst_ip = requester.requester_ip
+        checksum = control_checksum(m, sw.ip, credit_connections.entry.requester_ip)
+        built = control_frame(B, dst_mac=requester.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
+                              src_ip=sw.ip, checksum=checksum, port=sw.control_port,
                               job=job_id[d.job], worker=worker, value=d.value)
         frame = Signal(len(built), name="control_frame")     # built once: each of its words reads it
         m.d.comb += frame.eq(built)
@@ -461,15 +473,15 @@ _IPV4_VERSION_TOS = 0x4500 | CONTROL_DSCP << 2
 _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 words
 
 
-def control_checksum(m, src_ip, dst_ip):
-    """The IPv4 header checksum of a control frame: the constant words and the addresses, folded twice. The
-    source, the switch's address, is configuration: its sum with the constant words is registered (traffic
-    follows configuration by far more); the destination's words are added in the clock."""
-    fixed, total, once, checksum = Signal(18), Signal(19), Signal(17), Signal(16)
-    m.d.sync += fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16])
-    m.d.comb += [total.eq(fixed + dst_ip[16:] + dst_ip[:16]), once.eq(total[:16] + total[16:]),
-                 checksum.eq(~(once[:16] + once[16:]))]
-    return checksum
+def control_checksum(m, src_ip, dst_ip_next):
+    """The IPv4 header checksum of a control frame: the constant words and the addresses in ones'
+    complement (``hw.deparser.checksum_of_sum``). The source, the switch's address, is configuration: its
+    sum with the constant words is registered (traffic follows configuration by far more). The
+    destination's two words are added as the address is read, a clock before its frame (``dst_ip_next``),
+    and registered with it: the checksum is three adders after the registers."""
+    fixed, dst_sum = Signal(18), Signal(17)
+    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]), dst_sum.eq(dst_ip_next[16:] + dst_ip_next[:16])]
+    return checksum_of_sum(fixed + dst_sum)
 
 
 def control_frame(beat_bytes, *, dst_mac, dst_ip, src_mac, src_ip, checksum, port, job, worker, value):
