@@ -201,7 +201,7 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     into the monitor, and the model's jobs start afresh after frame i (the frame the monitor holds then).
     Returns the model's counters, the clock (from the start of the run) of each frame's last payload beat into
     the monitor, in frame order, and with ``restart``, the clock of the first write, those the monitor saw an
-    enable in, and those it took each header from ``frames`` in; ``restart_timing`` is called with those three
+    enable in, and those it took each header from ``frames`` in; ``restart_timing`` is called with the last two
     before anything is compared (the comparison holds only where the restart fell after frame i)."""
     config_writes = switch_config_writes(fabric.config, WORKERS)
     bench, sim = shared_simulator(("monitor", width, mtu), lambda: MonitorBench(width, mtu))
@@ -303,7 +303,7 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
         until_idle=done, max_cycles=3_000 + hold, sim=sim)
 
     if restart_timing:
-        restart_timing(restarted_at[0], enabled_at, header_takes)
+        restart_timing(enabled_at, header_takes)
     rtl = {name: counters_now[i] for i, name in enumerate(COUNTERS) if name != "frames_out"}
     model = {name: fabric.switch.counters[name] for name in COUNTERS if name != "frames_out"}
     assert rtl == model
@@ -484,7 +484,7 @@ def restarted_between(width, frames, fabric, index, clocks, writes, *, generated
     one): checked before the run is compared with the model, and, where the traffic is ``generated`` (a write that
     came too late for the frame restarts after the next, a case the model's placement does not describe),
     assumed. Returns the model's counters and the clocks from the frame's last payload beat to the first write."""
-    def timing(written, enabled, takes):
+    def timing(enabled, takes):
         seen = enabled[-len(writes):]           # (the ones before: the configuration's)
         held = takes[index] < seen[0] and all(seen[-1] < take - 2 for take in takes[index + 1:index + 2])
         if generated:

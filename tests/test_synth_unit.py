@@ -1,6 +1,7 @@
 """netreduce.synth without the tools: reading nextpnr's Fmax estimate from its log (``route=False``), the
 logic depths of a netlist, and a native Yosys named by ``$NETREDUCE_YOSYS`` (a stand-in script)."""
 
+import json
 import os
 
 import pytest
@@ -216,8 +217,6 @@ def test_a_build_whose_router_diverges_stops_and_says_why(tmp_path, monkeypatch)
     letting it run for hours, and places and routes again with the next seed given, keeping the log of the
     one given up on; with every seed given up on it stops and says why; with ``--keep-routing`` the same run
     is waited for. (Here router2 diverges with seed 1 and converges with the others.)"""
-    import json
-
     from netreduce.cli import UserError, build_parser
     build = stand_in_tools(tmp_path, monkeypatch, 40000)
     monkeypatch.setattr(build, "PROGRESS_SECONDS", 0.2)
