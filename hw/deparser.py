@@ -4,9 +4,9 @@ Behaviour: docs/ARCHITECTURE.md, "Deparser contract". Structure (one output beat
 bubbles between back-to-back frames):
 
 ``serialize``  takes each header record from a FIFO and turns it into the bytes of its headers and
-               their length, with the sum of the IPv4 header's words (its checksum is folded from
-               that sum when the merge builds the beat that holds it); one record per clock into the
-               plan FIFO;
+               their length, with the sum of the IPv4 header's words in three parts, two adders
+               deep each (added as the merge takes the plan, and the checksum folded from that sum
+               when it builds the beat that holds it); one record per clock into the plan FIFO;
 ``merge``      emits the frame beat by beat: whole header beats, then header tail and payload merged at
                the header length's byte offset, then the payload's last bytes, zero placeholders for
                the ICRC and zero Ethernet padding up to 60 bytes (with ``whole_frames``, a frame
@@ -71,13 +71,35 @@ def _pack(table, values):
     return [word[total - 8 * (i + 1):total - 8 * i] for i in range(total // 8)]
 
 
-def ipv4_sum(header_bytes_list):
-    """The sum of the 10 words of 20 IPv4 header bytes (at most 20 bits), before the ones' complement fold:
-    a balanced tree of adders, four deep (a running sum would chain nine)."""
-    terms = [Cat(header_bytes_list[2 * i + 1], header_bytes_list[2 * i]) for i in range(10)]
+def _ipv4_words(header_bytes_list):
+    return [Cat(header_bytes_list[2 * i + 1], header_bytes_list[2 * i]) for i in range(10)]
+
+
+def _adder_tree(terms):
+    """The sum of ``terms``, a balanced tree of adders (a running sum would chain them)."""
     while len(terms) > 1:
         terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
     return terms[0]
+
+
+def ipv4_sum(header_bytes_list):
+    """The sum of the 10 words of 20 IPv4 header bytes (at most 20 bits), before the ones' complement fold:
+    a balanced tree of adders, four deep."""
+    return _adder_tree(_ipv4_words(header_bytes_list))
+
+
+IPV4_SUM_PARTS = (4, 3, 3)      # the words of each of ``ipv4_sum_parts``'s sums: two adders deep each
+
+
+def ipv4_sum_parts(header_bytes_list):
+    """``ipv4_sum`` in ``len(IPV4_SUM_PARTS)`` parts, each the sum of the next ``IPV4_SUM_PARTS[i]`` words
+    (at most 18 bits): their sum is ``ipv4_sum``, two adders after them."""
+    words, parts = _ipv4_words(header_bytes_list), []
+    for count in IPV4_SUM_PARTS:
+        parts.append(_adder_tree(words[:count]))
+        words = words[count:]
+    assert not words
+    return parts
 
 
 def checksum_of_sum(total):
@@ -93,6 +115,7 @@ def ipv4_checksum(header_bytes_list):
 
 
 IPV4_SUM_BITS = 20
+IPV4_SUM_PART_BITS = 18
 # where the IPv4 header checksum is in a frame without and with a VLAN tag
 IPV4_CHECKSUM_AT = [header_bytes(ETH_HEADER) + 4 * vlan + field_offsets(IPV4_HEADER)["checksum"][0] // 8
                     for vlan in (0, 1)]
@@ -100,13 +123,13 @@ IPV4_CHECKSUM_AT = [header_bytes(ETH_HEADER) + 4 * vlan + field_offsets(IPV4_HEA
 
 def serialize_header(m, hdr, window_bytes, ipv6=True):
     """The header bytes of record ``hdr`` (lane 0 first), their length, their layout and the sum of the IPv4
-    header's words, as new signals. The IPv4 checksum bytes are left zero: the checksum is the sum's
-    ones' complement fold (``checksum_of_sum``), which the deparser works out a clock later. Without
-    ``ipv6``, the layouts of RoCE over IPv6 are left out."""
+    header's words in parts (``ipv4_sum_parts``), as new signals. The IPv4 checksum bytes are left zero: the
+    checksum is the ones' complement fold (``checksum_of_sum``) of the parts' sum, which the deparser works
+    out later. Without ``ipv6``, the layouts of RoCE over IPv6 are left out."""
     header = Signal(8 * window_bytes)
     length = Signal(8)
     layout = Signal(2)
-    ip_sum = Signal(IPV4_SUM_BITS)
+    ip_sum_parts = Signal(data.ArrayLayout(IPV4_SUM_PART_BITS, len(IPV4_SUM_PARTS)))
     nbytes_of = {name: header_bytes(table) for name, table in
                  (("deth", DETH), ("reth", RETH), ("aeth", AETH), ("immdt", IMMDT), ("ieth", IETH))}
 
@@ -115,12 +138,12 @@ def serialize_header(m, hdr, window_bytes, ipv6=True):
 
     tos = Cat(hdr.ip_ecn, hdr.ip_dscp)
     # (the IPv4 header's sum whatever the layout, from the record's fields: no layout's multiplexer on its
-    # way; it is used only where the layout is IPv4)
+    # way; it is used only where the layout is IPv4. In parts, two adders deep: the plan FIFO takes them)
     ipv4 = _pack(IPV4_HEADER, {
         "version": C(4, 4), "ihl": C(5, 4), "dscp": hdr.ip_dscp, "ecn": hdr.ip_ecn, "total_length": hdr.ip_len,
         "identification": hdr.ip_id, "flags_fragment": hdr.ip_flags_frag, "ttl": hdr.ip_ttl,
         "protocol": hdr.ip_proto, "src": hdr.ip_src[:32], "dst": hdr.ip_dst[:32]})
-    m.d.comb += ip_sum.eq(ipv4_sum(ipv4))
+    m.d.comb += [ip_sum_parts[i].eq(part) for i, part in enumerate(ipv4_sum_parts(ipv4))]
     over_ipv6 = hdr.ip_version == 6
     m.d.comb += layout.eq(Cat(hdr.vlan_valid, over_ipv6 if ipv6 else 0))
     for vlan in (0, 1):
@@ -167,7 +190,7 @@ def serialize_header(m, hdr, window_bytes, ipv6=True):
                                 for index in range(1 << len(nbytes_of)))
                 with m.If(hdr.roce):
                     m.d.comb += length.eq(lengths[flags])
-    return header, length, layout, ip_sum
+    return header, length, layout, ip_sum_parts
 
 
 def Plan(window_bytes, nbytes):
@@ -178,7 +201,8 @@ def Plan(window_bytes, nbytes):
         "roce": 1,
         "ipv4": 1,
         "icrc_room": range(nbytes),     # a last payload beat of fewer bytes leaves the ICRC in its beat
-        "ip_sum": IPV4_SUM_BITS,        # the IPv4 header's words summed (its checksum bytes are zero)
+        # the IPv4 header's words summed (its checksum bytes are zero), in parts (``ipv4_sum_parts``)
+        "ip_sum_parts": data.ArrayLayout(IPV4_SUM_PART_BITS, len(IPV4_SUM_PARTS)),
     })
 
 
@@ -248,11 +272,12 @@ class RoceDeparser(wiring.Component):
         m.d.comb += self.hdr.ready.eq(~record_valid | plans.w_rdy)
         with m.If(self.hdr.ready):
             m.d.sync += [record.eq(self.hdr.payload), record_valid.eq(self.hdr.valid)]
-        header, length, layout, ip_sum = serialize_header(m, record, self.window_bytes, self.ipv6)
+        header, length, layout, ip_sum_parts = serialize_header(m, record, self.window_bytes, self.ipv6)
         plan_in = Signal(plan_layout)
         m.d.comb += [
             plan_in.header.eq(header), plan_in.length.eq(length), plan_in.layout.eq(layout),
-            plan_in.roce.eq(record.roce), plan_in.ipv4.eq(record.ip_version == 4), plan_in.ip_sum.eq(ip_sum),
+            plan_in.roce.eq(record.roce), plan_in.ipv4.eq(record.ip_version == 4),
+            plan_in.ip_sum_parts.eq(ip_sum_parts),
             # (a table over the length's lane: no arithmetic on the way into the plan)
             plan_in.icrc_room.eq(Array(C(max(0, nbytes - (ICRC_BYTES - 1) - lane), len(plan_in.icrc_room))
                                        for lane in range(nbytes))[length[0:lane_bits]]),
@@ -294,6 +319,8 @@ class RoceDeparser(wiring.Component):
         # reads one register rather than a choice between it and the FIFO.
         active = Signal()                       # a frame is being sent (its first beat has gone)
         plan = Signal(plan_layout, reset_less=True)        # (data, qualified by ``have_plan``: no reset)
+        # the plan's IPv4 header sum, its parts added as it is taken (the serializer adds only within each)
+        ip_sum = Signal(IPV4_SUM_BITS, reset_less=True)
         have_plan = Signal()
         index = Signal(POS_BITS - lane_bits)    # output beat index within the frame
         in_header = Signal()                    # beat ``index`` holds no payload byte
@@ -370,7 +397,7 @@ class RoceDeparser(wiring.Component):
         # ... with the IPv4 checksum (big-endian), folded from the plan's sum here rather than in the
         # serializer behind the sum
         checksum = Signal(16)
-        m.d.comb += checksum.eq(checksum_of_sum(plan.ip_sum))
+        m.d.comb += checksum.eq(checksum_of_sum(ip_sum))
         for vlan, at in enumerate(IPV4_CHECKSUM_AT):
             beat, lane = divmod(at, nbytes)
             assert lane + 2 <= nbytes
@@ -394,8 +421,10 @@ class RoceDeparser(wiring.Component):
             plans.r_en.eq(refill),
             payloads.r_en.eq(emit & consume),
         ]
+        head = data.View(plan_layout, plans.r_data)
         with m.If(refill):
-            m.d.sync += [plan.eq(plans.r_data), have_plan.eq(plans.r_rdy)]
+            m.d.sync += [plan.eq(plans.r_data), have_plan.eq(plans.r_rdy),
+                         ip_sum.eq(sum(head.ip_sum_parts[i] for i in range(len(IPV4_SUM_PARTS))))]
         m.d.sync += decided_valid.eq(emit)
         with m.If(emit):
             m.d.sync += [
