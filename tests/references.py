@@ -184,14 +184,18 @@ class Fabric:
     """A switch model with one bounded-loss job of ``workers`` workers on hosts 0..N-1 (worker w writes to
     host w+1), host h on port h mod ``ports``, every host in VLAN ``vlan`` (None: untagged); with
     ``reliable_too`` a reliable job ``JOB + 1`` of the same workers, or with ``lossy_too`` (a deadline) a second
-    bounded-loss job ``JOB + 1`` of that deadline; every job of MTU ``mtu``."""
+    bounded-loss job ``JOB + 1`` of that deadline; every job of MTU ``mtu``. Without ``bounded_loss`` (a switch
+    built without the class) the reliable job alone."""
 
     def __init__(self, workers=4, ports=4, slots=4, vlan=None, deadline=DEADLINE, start_msg=0, reliable_too=False,
-                 lossy_too=None, mtu=64):
+                 lossy_too=None, mtu=64, bounded_loss=True):
         self.workers, self.vlan = workers, vlan
         self.job = JobConfig(job=JOB, workers=workers, mtu=mtu, message_slots=slots, traffic_class="lossy",
                              deadline_clocks=deadline, start_msg=start_msg)
         jobs = [self.job] + ([JobConfig(job=JOB + 1, workers=workers, mtu=mtu)] if reliable_too else [])
+        if not bounded_loss:
+            assert reliable_too and lossy_too is None, "without the class: the reliable job alone"
+            jobs = jobs[1:]
         if lossy_too is not None:
             assert not reliable_too, "one second job: reliable or bounded-loss"
             jobs.append(JobConfig(job=JOB + 1, workers=workers, mtu=mtu, message_slots=slots, traffic_class="lossy",
@@ -207,7 +211,7 @@ class Fabric:
                     responder_rkey=responder_rkey(w) if job.traffic_class is JobClass.LOSSY else None)
         self.config = SwitchConfig(mac=SWITCH_MAC, ip=SWITCH_IP, ports=ports,
                                    forwarding={host_mac(h): h % ports for h in range(workers)},
-                                   jobs=jobs, connections=list(self.conns.values()))
+                                   jobs=jobs, connections=list(self.conns.values()), bounded_loss=bounded_loss)
         self.switch = SwitchModel(self.config)
         self.frames_sent = 0
 

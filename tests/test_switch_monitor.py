@@ -57,19 +57,20 @@ class MonitorBench(Elaboratable):
     testbench gives each frame's ingress port (``match.port``, in frame order) and plays the emitter's part
     (``ring_read``, and taking the records of the frames that go on)."""
 
-    def __init__(self, width, mtu=MTU):
+    def __init__(self, width, mtu=MTU, bounded_loss=True):
         self.parser = RoceParser(width)
         # (as the switch builds it: where a frame is 8 beats at least, the connections compared in steps)
         self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS,
                                      header_clocks=-(-ETH_MIN_FRAME // (width // 8)))
         self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=mtu,
                                      message_packets=PACKETS, message_slots=SLOTS, max_frame=1024, ports=PORTS,
-                                     increment_bits=(WORKERS + 1).bit_length())
+                                     increment_bits=(WORKERS + 1).bit_length(), bounded_loss=bounded_loss)
         self.records = HeaderRecords(store_entries=2 * SLOTS * PACKETS * WORKERS)
         egress = EgressQueues(width, queues=2, depth_beats=4096 // (width // 8), max_frame=1200)
         egress._MustUse__silence = True         # its layouts only: the registers hold its configuration
         self.registers = SwitchRegisters(jobs=2, workers=WORKERS, forwarding_entries=4, mtu=mtu,
-                                         increment_bits=(WORKERS + 1).bit_length(), egress=egress, ports=PORTS)
+                                         increment_bits=(WORKERS + 1).bit_length(), egress=egress, ports=PORTS,
+                                         bounded_loss=bounded_loss)
 
     def elaborate(self, platform):
         m = Module()
@@ -192,7 +193,7 @@ def descriptor_kinds(descriptors):
 
 
 def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU, restart=None,
-                      restart_timing=None):
+                      restart_timing=None, bounded_loss=True):
     """Send ``frames`` (``(port, frame)`` each) through the bench (built for ``mtu``), offered with ``idle``
     clocks and taken with ``backpressure`` (none taken in the first ``hold`` clocks), and check it against the
     model fed the same frames: every counter but ``frames_out``, the descriptors' kinds in order, each forwarded
@@ -202,9 +203,11 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     Returns the model's counters, the clock (from the start of the run) of each frame's last payload beat into
     the monitor, in frame order, and with ``restart``, the clock of the first write, those the monitor saw an
     enable in, and those it took each header from ``frames`` in; ``restart_timing`` is called with the last two
-    before anything is compared (the comparison holds only where the restart fell after frame i)."""
+    before anything is compared (the comparison holds only where the restart fell after frame i). Without
+    ``bounded_loss`` the bench's monitor and registers are built without that class."""
     config_writes = switch_config_writes(fabric.config, WORKERS)
-    bench, sim = shared_simulator(("monitor", width, mtu), lambda: MonitorBench(width, mtu))
+    bench, sim = shared_simulator(("monitor", width, mtu, bounded_loss),
+                                  lambda: MonitorBench(width, mtu, bounded_loss))
     monitor, regs = bench.monitor, bench.registers
     descriptors, headers, requests = [], [], []
     configured = []
@@ -335,6 +338,29 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
     assert {"aggregated", "duplicates_answered", "duplicates_dropped", "passthrough_gap", "drop_bad_header",
             "drop_spoofed", "credit_requests", "result_requests", "drop_bad_icrc", "forwarded"} <= \
         {name for name, value in model.items() if value}
+
+
+def test_a_monitor_without_the_bounded_loss_class_decides_as_the_model_does():
+    """Built without the class (its states and their logic left out), the monitor decides every frame of the
+    reliable class as the model of a switch without it does; a RESULT_REQUEST, which only a bounded-loss job
+    has, is dropped as a stray control frame."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, reliable_too=True, bounded_loss=False)
+    frames = []
+    data, ack = builders(fabric, frames, np.random.default_rng(11))
+    for w in range(WORKERS):                    # a message, complete: results
+        data(w, 0, 0)
+    data(1, 0, 0)                               # a retransmission: the sum again
+    data(2, 1, 5)                               # a gap: goes on, its PSN shifted
+    data(0, 1, 1, header=AggHeader(RELIABLE, 1, 8, magic=0x1234))        # a bad aggregation header
+    for w in range(WORKERS):                    # every receiver acknowledges: the message is released
+        ack(w, 0)
+    frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=0, job=RELIABLE)))
+    frames.append((0, fabric.request(1, 0, job=RELIABLE)))      # a RESULT_REQUEST of a reliable job
+    frames.append((0, NOT_ROCE))
+    model, _ = run_against_model(64, fabric, frames, idle=0.2, backpressure=0.3, bounded_loss=False)
+    assert {"aggregated", "duplicates_answered", "passthrough_gap", "drop_bad_header", "credit_requests",
+            "drop_control", "forwarded"} <= {name for name, value in model.items() if value}
+    assert model["result_requests"] == 0
 
 
 def back_to_back_acks():

@@ -231,7 +231,8 @@ class StatusMonitor(wiring.Component):
         job_n, job_mtu = field(self.jobs, J, "workers"), field(self.jobs, J, "mtu")
         job_start_msg = field(self.jobs, J, "start_msg")
         job_lossy, job_deadline = field(self.jobs, J, "lossy"), field(self.jobs, J, "deadline")
-        if not self.bounded_loss:
+        bounded_loss = self.bounded_loss        # (without it, the class's states and their logic are not built)
+        if not bounded_loss:
             job_lossy = Array(Const(0, 1) for _ in range(J))
         W_lossy = max(1, K // 2)        # a bounded-loss job's window (its other half keeps results for requests)
         job_oldest = registers(J, 32, "job_oldest")
@@ -1209,8 +1210,9 @@ class StatusMonitor(wiring.Component):
                 is loaded in TAKE, the clock after the decision, whose state alone enables the loads."""
                 with m.If(restart_pending):
                     m.next = "IDLE"
-                with m.Elif(due_live.any()):
-                    m.next = "EXPIRE"
+                if bounded_loss:
+                    with m.Elif(due_live.any()):
+                        m.next = "EXPIRE"
                 with m.Elif(self.frames.valid & (~live.any() | fresh)):
                     if self.registered_take:
                         m.next = "TAKE"
@@ -1289,14 +1291,15 @@ class StatusMonitor(wiring.Component):
                 # (from the plan: an ACK that turns out dropped releases nothing, ``release_allowed``)
                 with m.If(intends("ACK") & releases):
                     m.next = "RELEASE_READ"
-                with m.Elif(happens_here("RESULT_REQUEST")):
-                    m.next = "RR_READ"
-                with m.Elif(intends("LOSSY")):
-                    # the next header in this clock unless the contribution opens messages (new deadlines,
-                    # which ``due`` must see first) or fills its message (COMPLETE follows)
-                    m.next = "IDLE"
-                    with m.If(~happens_here("LOSSY") | (probe.held & ~lossy_full)):
-                        take_header()
+                if bounded_loss:
+                    with m.Elif(happens_here("RESULT_REQUEST")):
+                        m.next = "RR_READ"
+                    with m.Elif(intends("LOSSY")):
+                        # the next header in this clock unless the contribution opens messages (new deadlines,
+                        # which ``due`` must see first) or fills its message (COMPLETE follows)
+                        m.next = "IDLE"
+                        with m.If(~happens_here("LOSSY") | (probe.held & ~lossy_full)):
+                            take_header()
                 with m.Else():
                     m.next = "IDLE"
                     take()
@@ -1403,7 +1406,7 @@ class StatusMonitor(wiring.Component):
                         (~unrefused | oversize | ring_free) & (~beat.last | (room & ~record_pending)),
                         (~forwarding | oversize | ring_free) & (~beat.last | room) & ~lossy_wait))
                 m.d.sync += own_psn_in_stream
-                if probes_in_stream:
+                if bounded_loss and probes_in_stream:
                     # (each clock registers the probe from the key of the clock before, once the first beat
                     # has been taken: the state it reads changes only after the last beat; a restart waits)
                     with m.If(lossy_writing):
@@ -1434,14 +1437,15 @@ class StatusMonitor(wiring.Component):
                         m.next = "CONTROL_PARSE"
                     with m.Elif(beat.last & plan.management):
                         m.next = "MANAGEMENT"
-                    with m.Elif(beat.last & lossy_writing):
-                        m.next = "LOSSY_READ"
-                        if probes_in_stream:
-                            # the probe registered with this beat is of this frame's message: decided next
-                            with m.If(beat_index != 0):
-                                m.next = "LOSSY"
-                        else:
-                            m.d.sync += probe_for(plan.job, message_in_payload, plan.worker)
+                    if bounded_loss:
+                        with m.Elif(beat.last & lossy_writing):
+                            m.next = "LOSSY_READ"
+                            if probes_in_stream:
+                                # the probe registered with this beat is of this frame's message: decided next
+                                with m.If(beat_index != 0):
+                                    m.next = "LOSSY"
+                            else:
+                                m.d.sync += probe_for(plan.job, message_in_payload, plan.worker)
                     with m.Elif(beat.last):
                         if self.registered_commit:
                             with m.If(plan.stateless):
@@ -1457,99 +1461,102 @@ class StatusMonitor(wiring.Component):
                     # does from registers, the plan, its facts and its outcome
                     m.d.comb += [own_bytes.eq(window[:8 * OWN_BYTES]), forward_beats.eq(beat_index)]
                     commit(0, last_facts, last_outcome)
-            with m.State("LOSSY_READ"):
-                m.d.sync += probe.eq(probe_now)
-                if lossy_delay:         # the last beat, a beat late
-                    m.d.comb += write.valid.eq(lossy_writing & lossy_write_ok & (beat_index > key_beat)
-                                               & (lossy_beat < Pb))
-                m.next = "LOSSY"
-            with m.State("LOSSY"):
-                with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
-                    m.d.comb += lossy_committing.eq(1)
-                    commit(0, last_facts, intended, ("LOSSY",))
-                with m.If(happens("LOSSY") & ~probe.held):     # the message opens (and the window's before it)
+            if bounded_loss:     # (the class's states: none are built without it)
+                with m.State("LOSSY_READ"):
+                    m.d.sync += probe.eq(probe_now)
+                    if lossy_delay:         # the last beat, a beat late
+                        m.d.comb += write.valid.eq(lossy_writing & lossy_write_ok & (beat_index > key_beat)
+                                                   & (lossy_beat < Pb))
+                    m.next = "LOSSY"
+                with m.State("LOSSY"):
+                    with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
+                        m.d.comb += lossy_committing.eq(1)
+                        commit(0, last_facts, intended, ("LOSSY",))
+                    with m.If(happens("LOSSY") & ~probe.held):     # the message opens (and the window's before it)
+                        m.d.comb += lossy_changing.eq(1)
+                        open_messages(plan.job)
+                    with m.If(happens("LOSSY")):
+                        first_slot = lossy_slot(plan.job, probe.k)
+                        write_at(pk_len, first_slot, length)
+                        write_at(pk_bitmap, first_slot, lossy_bitmap)
+                        m.d.comb += [own_w.en.eq(1), store_entry.eq(first_slot * N + plan.worker),
+                                     own_w.data.eq(window[:8 * OWN_BYTES])]
+                        with m.If(lossy_full):
+                            m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
+                            m.next = "COMPLETE"
+                with m.State("RR_READ"):
+                    m.d.sync += probe.eq(probe_now)
+                    m.next = "RR_APPLY"
+                with m.State("RR_APPLY"):
+                    # a RESULT_REQUEST: the result again to the worker's receiver, the message opened, or stale
                     m.d.comb += lossy_changing.eq(1)
-                    open_messages(plan.job)
-                with m.If(happens("LOSSY")):
-                    first_slot = lossy_slot(plan.job, probe.k)
-                    write_at(pk_len, first_slot, length)
-                    write_at(pk_bitmap, first_slot, lossy_bitmap)
-                    m.d.comb += [own_w.en.eq(1), store_entry.eq(first_slot * N + plan.worker),
-                                 own_w.data.eq(window[:8 * OWN_BYTES])]
-                    with m.If(lossy_full):
-                        m.d.sync += [complete_job.eq(plan.job), complete_k.eq(probe.k), complete_deadline.eq(0)]
+                    m.next = "IDLE"
+                    with m.If(probe.held & probe.complete & (probe.bitmap != 0)):
+                        with m.If(room):
+                            count("results_resent")
+                            m.d.comb += lossy_results(request_j, probe.k, probe.length, probe.bitmap)
+                            m.d.comb += [new_descriptor.resend.eq(1), new_descriptor.worker.eq(request_worker)]
+                        with m.Else():
+                            m.next = "RR_APPLY"
+                    with m.Elif(~probe.held & ~probe.behind & probe.in_window):
+                        with m.If(reopen_clear(request_j)):
+                            open_messages(request_j)
+                        with m.Else():
+                            m.next = "RR_APPLY"
+                    with m.Elif(~probe.held):
+                        count("result_requests_stale")
+                with m.State("EXPIRE"):
+                    with m.If(expire.found):
+                        m.d.sync += [complete_job.eq(expire.job), complete_k.eq(expire.k), complete_deadline.eq(1)]
                         m.next = "COMPLETE"
-            with m.State("RR_READ"):
-                m.d.sync += probe.eq(probe_now)
-                m.next = "RR_APPLY"
-            with m.State("RR_APPLY"):
-                # a RESULT_REQUEST: the result again to the worker's receiver, the message opened, or stale
-                m.d.comb += lossy_changing.eq(1)
-                m.next = "IDLE"
-                with m.If(probe.held & probe.complete & (probe.bitmap != 0)):
-                    with m.If(room):
-                        count("results_resent")
-                        m.d.comb += lossy_results(request_j, probe.k, probe.length, probe.bitmap)
-                        m.d.comb += [new_descriptor.resend.eq(1), new_descriptor.worker.eq(request_worker)]
                     with m.Else():
-                        m.next = "RR_APPLY"
-                with m.Elif(~probe.held & ~probe.behind & probe.in_window):
-                    with m.If(reopen_clear(request_j)):
-                        open_messages(request_j)
-                    with m.Else():
-                        m.next = "RR_APPLY"
-                with m.Elif(~probe.held):
-                    count("result_requests_stale")
-            with m.State("EXPIRE"):
-                with m.If(expire.found):
-                    m.d.sync += [complete_job.eq(expire.job), complete_k.eq(expire.k), complete_deadline.eq(1)]
-                    m.next = "COMPLETE"
-                with m.Else():
-                    m.next = "IDLE"
-            advance_oldest = job_oldest[complete_job]
+                        m.next = "IDLE"
+                advance_oldest = job_oldest[complete_job]
 
-            def advances(oldest_seq, completing=0):
-                """Message ``oldest_seq`` of ``complete_job`` is held and complete (``completing``: it is being
-                completed in this clock)."""
-                message = complete_job * K + oldest_seq[:k_bits]
-                return (msg_busy[message] & (msg_seq[message] == oldest_seq[:32])
-                        & (msg_complete[message] | completing))
-            with m.State("COMPLETE"):
-                # the message completes with its contributors: their sum, and a result to every worker's receiver
-                m.d.comb += lossy_changing.eq(1)
-                with m.If(room):
-                    write_at(msg_complete, complete_message, 1)
-                    count("deadline_completions", complete_deadline)
-                    histogram_bin = Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
-                                        complete_count)
-                    write_at([self.increments[name] for name in HISTOGRAM_COUNTERS], histogram_bin, 1, domain="comb")
-                    with m.If(complete_bitmap != 0):
-                        count("results_sent", job_n[complete_job])
-                        m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
-                        # (a fate of no frame: the RESULTS descriptor's, after every contribution's record)
-                        m.d.comb += [fates.w_en.eq(1), fate.fate.eq(Fate.NONE), fate.results.eq(1)]
-                        m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
-                                     new_request.slot.eq(complete_slot),
-                                     new_request.result_slot.eq(new_descriptor.rslot),
-                                     new_request.beats.eq(new_descriptor.beats), new_request.mask.eq(complete_bitmap)]
-                    # (whether the job's oldest message is complete now: this one, or one completed before)
-                    m.d.sync += advancing.eq(advances(advance_oldest, complete_k == advance_oldest[:k_bits]))
-                    m.next = "ADVANCE"
-            with m.State("ADVANCE"):
-                # the job's oldest message completed: the window moves on, and every worker gets a CREDIT; whether
-                # the message after it is complete too is registered for the next clock (no state it reads is
-                # written here). (The window's oldest is not what ``due`` is made of: no ``lossy_changing``.)
-                with m.If(~advancing):
-                    m.next = "IDLE"
-                    take_header()
-                with m.Elif(room):
-                    write_at(job_oldest, complete_job, advance_oldest + 1)
-                    count("credits_sent", job_n[complete_job])
-                    m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
-                                 new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
-                                 new_descriptor.workers.eq(job_n[complete_job]),
-                                 new_descriptor.value.eq(advance_oldest + W_lossy)]
-                    m.d.sync += advancing.eq(advances(advance_oldest + 1))
+                def advances(oldest_seq, completing=0):
+                    """Message ``oldest_seq`` of ``complete_job`` is held and complete (``completing``: it is being
+                    completed in this clock)."""
+                    message = complete_job * K + oldest_seq[:k_bits]
+                    return (msg_busy[message] & (msg_seq[message] == oldest_seq[:32])
+                            & (msg_complete[message] | completing))
+                with m.State("COMPLETE"):
+                    # the message completes with its contributors: their sum, and a result to every worker's receiver
+                    m.d.comb += lossy_changing.eq(1)
+                    with m.If(room):
+                        write_at(msg_complete, complete_message, 1)
+                        count("deadline_completions", complete_deadline)
+                        histogram_bin = Mux(complete_count >= len(HISTOGRAM_COUNTERS) - 1, len(HISTOGRAM_COUNTERS) - 1,
+                                            complete_count)
+                        write_at([self.increments[name] for name in HISTOGRAM_COUNTERS], histogram_bin, 1,
+                                 domain="comb")
+                        with m.If(complete_bitmap != 0):
+                            count("results_sent", job_n[complete_job])
+                            m.d.comb += lossy_results(complete_job, complete_k, pk_len[complete_slot], complete_bitmap)
+                            # (a fate of no frame: the RESULTS descriptor's, after every contribution's record)
+                            m.d.comb += [fates.w_en.eq(1), fate.fate.eq(Fate.NONE), fate.results.eq(1)]
+                            m.d.comb += [new_descriptor.all.eq(1), sum_requests.w_en.eq(1),
+                                         new_request.slot.eq(complete_slot),
+                                         new_request.result_slot.eq(new_descriptor.rslot),
+                                         new_request.beats.eq(new_descriptor.beats),
+                                         new_request.mask.eq(complete_bitmap)]
+                        # (whether the job's oldest message is complete now: this one, or one completed before)
+                        m.d.sync += advancing.eq(advances(advance_oldest, complete_k == advance_oldest[:k_bits]))
+                        m.next = "ADVANCE"
+                with m.State("ADVANCE"):
+                    # the job's oldest message completed: the window moves on, and every worker gets a CREDIT; whether
+                    # the message after it is complete too is registered for the next clock (no state it reads is
+                    # written here). (The window's oldest is not what ``due`` is made of: no ``lossy_changing``.)
+                    with m.If(~advancing):
+                        m.next = "IDLE"
+                        take_header()
+                    with m.Elif(room):
+                        write_at(job_oldest, complete_job, advance_oldest + 1)
+                        count("credits_sent", job_n[complete_job])
+                        m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
+                                     new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
+                                     new_descriptor.workers.eq(job_n[complete_job]),
+                                     new_descriptor.value.eq(advance_oldest + W_lossy)]
+                        m.d.sync += advancing.eq(advances(advance_oldest + 1))
             with m.State("RELEASE_READ"):
                 m.d.sync += release_row.eq(release_row_now)
                 m.next = "RELEASE_CHECK"
