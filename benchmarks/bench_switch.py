@@ -2,7 +2,8 @@
 
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
         [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2] [--card]
-        [--synth [--synth-core 256] [--synth-message-packets M] [--no-route] [--placer heap|static]
+        [--synth [--synth-core 256] [--synth-message-packets M] [--synth-no-bounded-loss] [--no-route]
+                 [--placer heap|static]
                  [--router router1|router2]]
         [--xilinx [--xilinx-port-width 64 | --xilinx-card]]
 
@@ -57,7 +58,8 @@
   -O0 for short builds).
 - With ``--synth``: LUTs, flip-flops, block RAMs and Fmax of a 64-bit, 2-port, 4-worker, 1-job build on
   the ECP5-85 (speed grade 8), RoCE over IPv4 only as ``netreduce build`` builds it for a board, against
-  the 156.25 MHz goal (the switch the issue sets that goal for, and ``bench_switch_parts.py`` takes apart).
+  the 156.25 MHz goal (the switch the issue sets that goal for, and ``bench_switch_parts.py`` takes apart;
+  with the bounded-loss class unless ``--synth-no-bounded-loss``).
   That build has an 8-message credit window (``SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs,
   its slot, result and header memories take more DP16KD block RAMs than the 208 of the device (262 with
   IPv6, Yosys ``synth_ecp5``). With
@@ -314,6 +316,8 @@ def main(argv=None):
                         help="with --xilinx: the Alveo top's switch instead, two 512-bit ports into the 1,024-bit core")
     parser.add_argument("--synth-message-packets", type=int, default=MESSAGE_PACKETS,
                         help="with --synth: a message's packets (default: the throughput runs' 4)")
+    parser.add_argument("--synth-no-bounded-loss", action="store_true",
+                        help="with --synth: the switch without the bounded-loss class")
     parser.add_argument("--placer", choices=("heap", "static"), default="heap", help="with --synth: nextpnr's placer")
     parser.add_argument("--router", choices=("router1", "router2"), default="router1",
                         help="with --synth: nextpnr's router")
@@ -345,9 +349,11 @@ def main(argv=None):
         core = args.synth_core
         switch = NetReduceSwitch(width=core, port_width=64, ports=2, workers=4, jobs=1, mtu=MTU,
                                  message_packets=args.synth_message_packets, message_slots=SYNTH_MESSAGE_SLOTS,
-                                 max_frame=2048, ipv6=False)
+                                 max_frame=2048, ipv6=False, bounded_loss=not args.synth_no_bounded_loss)
+        packets = args.synth_message_packets
         name = "netreduce_switch_64b_2p_4w" + ("" if core == 64 else f"_{core}b_core") + \
-            ("" if args.synth_message_packets == MESSAGE_PACKETS else f"_{args.synth_message_packets}_packet_messages")
+            ("" if packets == MESSAGE_PACKETS else f"_{packets}_packet_messages") + \
+            ("_no_bounded_loss" if args.synth_no_bounded_loss else "")
         result = synth_ecp5(switch, name, freq_mhz=156.25, route=not args.no_route, placer=args.placer,
                             router=args.router)
         result.pop("work_dir", None)
