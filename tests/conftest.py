@@ -5,7 +5,7 @@ from hypothesis import settings
 # The generated tests draw the same examples on every run (``repeatable``: seeded from each test's own code, no
 # example database), so that a run of the suite, CI's included, passes or fails on the code alone and a failure
 # is reproduced by running it again. ``pytest --hypothesis-profile=explore`` draws fresh examples (and keeps
-# the failing ones in ``.hypothesis/``): the way to look for new cases (README, "Test").
+# the failing ones in ``.hypothesis/``): the way to look for new cases (README, "Set up and test").
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile("repeatable")

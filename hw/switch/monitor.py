@@ -32,7 +32,8 @@ it is planned in ``LOOKUP_SLOT``), ``CONTROL_PARSE``, ``CONTROL_CHECK`` and ``CO
 request), ``MANAGEMENT`` (a management request from the manager, with a ``management`` address: checked and handed
 on ``management_request`` to ``management.ManagementAgent``), ``RELEASE_READ``, ``RELEASE_CHECK`` and ``RELEASE``
 (after an ACK that makes the oldest message delivered: frees the job's delivered messages, three clocks each, and
-queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"): a contribution streams into the
+queues their credits). The bounded-loss class (docs "Bounded-loss class (RTL)"; its states are built only with the
+class, ``bounded_loss``): a contribution streams into the
 bank of the message slot its payload's ``msg_seq`` names and is decided after its last beat in ``LOSSY_READ`` and
 ``LOSSY`` (where its ``msg_seq`` is in its first payload beat, at 512 bits, it is planned as its header is taken,
 without ``LOOKUP``, and from its second payload beat on, its message is read as it streams, so that it goes from its
