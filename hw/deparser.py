@@ -89,11 +89,12 @@ def ipv4_sum(header_bytes_list):
 
 
 IPV4_SUM_PARTS = (4, 3, 3)      # the words of each of ``ipv4_sum_parts``'s sums: two adders deep each
+IPV4_SUM_PART_BITS = (0xFFFF * max(IPV4_SUM_PARTS)).bit_length()      # the widest part's sum
 
 
 def ipv4_sum_parts(header_bytes_list):
     """``ipv4_sum`` in ``len(IPV4_SUM_PARTS)`` parts, each the sum of the next ``IPV4_SUM_PARTS[i]`` words
-    (at most 18 bits): their sum is ``ipv4_sum``, two adders after them."""
+    (at most ``IPV4_SUM_PART_BITS``): their sum is ``ipv4_sum``, two adders after them."""
     words, parts = _ipv4_words(header_bytes_list), []
     for count in IPV4_SUM_PARTS:
         parts.append(_adder_tree(words[:count]))
@@ -115,7 +116,6 @@ def ipv4_checksum(header_bytes_list):
 
 
 IPV4_SUM_BITS = 20
-IPV4_SUM_PART_BITS = 18
 # where the IPv4 header checksum is in a frame without and with a VLAN tag
 IPV4_CHECKSUM_AT = [header_bytes(ETH_HEADER) + 4 * vlan + field_offsets(IPV4_HEADER)["checksum"][0] // 8
                     for vlan in (0, 1)]
