@@ -353,7 +353,7 @@ class StatusMonitor(wiring.Component):
         OldestRow = data.StructLayout({"message": range(J * K), "held": 1, "outside": N, "closed": N,
                                        "last": PSN_BITS * N, "delivered": PSN_BITS * N})
 
-        def oldest_message_row(job, delivered=delivered, name="oldest_row"):
+        def oldest_message_row(job, name="oldest_row"):
             """What decides whether the job's oldest message is delivered (``OldestRow``): its index, whether
             the window holds it, and for each worker: outside the job, its part closed (a bit each), the part's
             last PSN and what its connection has delivered through (24 bits each, from ``delivered``)."""
@@ -536,26 +536,38 @@ class StatusMonitor(wiring.Component):
         # the plan is made again in LOOKUP, from the state written.
         plans_acks_at_take = not self.registered_take
         ack_plan = Signal(Plan)
-        ack_advancing = Signal()        # the commit in this clock is an ACK that advances ``plan.conn``
-        ack_dropped = Signal()          # ... and it is dropped after all (its last beat's facts)
+        ack_advancing = Signal()        # the frame in STREAM is an ACK that advances ``plan.conn`` as it commits
+        streaming = Signal()            # the monitor is in STREAM (where an ACK commits)
+        ack_dropped = Signal()          # the commit in this clock is such an ACK, dropped after all (its facts)
         contributing_now = Signal()     # the commit in this clock is a contribution of ``plan.job``
         ack_replan = Signal()
         if plans_acks_at_take:
             head_through, head_delivers = ack_psn(taking.header)
-            delivered_seen = Array(Signal(PSN_BITS, name=f"delivered_seen_{c}") for c in range(C))
-            m.d.comb += [delivered_seen[c].eq(Mux(ack_advancing & (plan.conn == c), plan.through, delivered[c]))
-                         for c in range(C)]
-            head_advance, head_ahead = ack_moves(delivered_seen[head_conn], sent[head_conn], head_through,
-                                                 head_delivers)
-            head_row = oldest_message_row(head_job, delivered_seen, name="head_oldest_row")
+            # Each comparison with a connection's ``delivered`` is made twice, with the register and with the
+            # committing ACK's PSN (``plan.through``), and the one that holds is chosen after them (``seen``: the
+            # commit writes that connection's), so that the choice is not in front of the comparisons.
+            def seen(c):
+                return ack_advancing & (plan.conn == c)
+
+            def either(c, as_written, as_registered):
+                return Mux(seen(c), as_written, as_registered)
+            moves_registered = ack_moves(delivered[head_conn], sent[head_conn], head_through, head_delivers)
+            moves_written = ack_moves(plan.through, sent[head_conn], head_through, head_delivers)
+            head_advance = either(head_conn, moves_written[0], moves_registered[0])
+            head_ahead = either(head_conn, moves_written[1], moves_registered[1])
+            head_row = oldest_message_row(head_job, name="head_oldest_row")
+            through_registered = delivered_through_last(head_row)
+            through_written = covering(plan.through, head_row.last)
+            head_through_last = Signal(N)
+            for w in range(N):
+                m.d.comb += head_through_last[w].eq(either(head_job * N + w, through_written[w], through_registered[w]))
             m.d.comb += [
                 ack_plan.ack.eq(1), ack_plan.conn.eq(head_conn), ack_plan.job.eq(head_job),
                 ack_plan.worker.eq(head_worker), ack_plan.through.eq(head_through),
                 ack_plan.advance.eq(head_advance), ack_plan.ahead.eq(head_ahead),
                 ack_plan.oldest_message.eq(head_row.message),
                 ack_plan.releases.eq(ack_releases(head_job, head_worker, head_advance, head_row.held,
-                                                  head_row.outside, head_row.closed,
-                                                  delivered_through_last(head_row),
+                                                  head_row.outside, head_row.closed, head_through_last,
                                                   covering(head_through, head_row.last))),
                 ack_replan.eq(ack_dropped | (contributing_now & (plan.job == head_job))),
             ]
@@ -860,6 +872,13 @@ class StatusMonitor(wiring.Component):
         m.d.comb += intended.eq(Mux(managing, Outcome.MANAGE,
                                     Mux(checking, Mux(request.results, Outcome.RESULT_REQUEST, Outcome.CREDIT),
                                         Mux(lossy_committing, Outcome.LOSSY, by_facts[0b11][0]))))
+        if plans_acks_at_take:
+            # From the state and the plan alone, not from whether the commit happens in this clock (its beat, the
+            # slots it waits on): what it chooses reaches only a header taken in this clock (``ack_plan``), which
+            # STREAM takes only with the commit, and an ACK that turns out dropped is planned again
+            # (``ack_dropped``).
+            m.d.comb += ack_advancing.eq(streaming & (intended == Outcome.ACK) & plan.advance)
+
         def needs(kind, facts):
             """What outcome ``kind`` needs of the last beat (its ``facts``). A duplicate's and a contribution's
             payload ends at its length, which is at most the MTU and so within ``max_frame``: for them the size
@@ -1262,8 +1281,7 @@ class StatusMonitor(wiring.Component):
                 count("frames_in")
                 if plans_acks_at_take:      # (what an ACK taken in this clock must see of this commit)
                     if "ACK" in outcomes:
-                        m.d.comb += [ack_advancing.eq(intends("ACK") & plan.advance),
-                                     ack_dropped.eq(intends("ACK") & plan.advance & ~needs("ACK", facts))]
+                        m.d.comb += ack_dropped.eq(intends("ACK") & plan.advance & ~needs("ACK", facts))
                     m.d.comb += contributing_now.eq(intends("CONTRIBUTE"))
                 m.d.sync += [settling.eq(1), settled.eq(settled_now[id(facts)]),
                              release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
@@ -1397,6 +1415,8 @@ class StatusMonitor(wiring.Component):
                              plan.dup_rslot.eq(Cat(pk_gen[plan.dup_slot], plan.dup_slot))]
                 m.next = "STREAM"
             with m.State("STREAM"):
+                if plans_acks_at_take:
+                    m.d.comb += streaming.eq(1)
                 # the last beat is taken only when the queues have room (see ``room``), and commits (a control
                 # frame's request is decided in CONTROL_PARSE, CONTROL_CHECK and CONTROL)
                 # (a frame of no connection never waits on a bounded-loss slot: its own term, so that its last
