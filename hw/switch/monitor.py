@@ -1281,7 +1281,7 @@ class StatusMonitor(wiring.Component):
                 count("frames_in")
                 if plans_acks_at_take:      # (what an ACK taken in this clock must see of this commit)
                     if "ACK" in outcomes:
-                        m.d.comb += ack_dropped.eq(intends("ACK") & plan.advance & ~needs("ACK", facts))
+                        m.d.comb += ack_dropped.eq(ack_advancing & ~needs("ACK", facts))
                     m.d.comb += contributing_now.eq(intends("CONTRIBUTE"))
                 m.d.sync += [settling.eq(1), settled.eq(settled_now[id(facts)]),
                              release_allowed.eq(needs("ACK", facts) if "ACK" in outcomes else 0)]
