@@ -29,7 +29,8 @@ ring of :func:`netreduce.host.network.build_allreduce`), into which the switch w
   zero-filled elements stay within ``loss_bound`` (a fraction of its tensor's elements: one iteration).
   Past the bound it *recovers* instead: it sends a RESULT_REQUEST (job, ``receive_connection``, the message
   number), again every ``request_timeout_ns``, up to ``request_retries`` times, and zero-fills only when
-  none is answered (the switch reuses a slot once the window has moved K/2 messages past it). To ask
+  none is answered (the switch reuses a slot once the window has moved K/2 messages past it, and sends one
+  receiver a result again ``RESULT_RESENDS`` times at most). To ask
   while the result is still in the switch, whenever the result of a later message comes, the worker asks
   at once for the messages before it still without a result that zero-filling (in order, after the fills
   made) would take past the bound, at most once every ``request_interval_ns`` per message (asking for a

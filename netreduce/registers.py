@@ -33,6 +33,7 @@ COUNTERS = (
     "drop_bad_length", "drop_control", "drop_oversize", "credits_sent", "credit_requests", "acks_seen",
     "drop_spoofed", "acks_ahead",
     "deadline_completions", "late", "result_requests", "results_resent", "result_requests_stale",
+    "result_requests_refused",
     "contributors_0", "contributors_1", "contributors_2", "contributors_3", "contributors_4", "contributors_5",
     "contributors_6", "contributors_7", "contributors_8_or_more",
     "management_requests", "management_refused", "management_bad",

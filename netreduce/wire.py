@@ -21,7 +21,7 @@ __all__ = [
     "Transport", "OpcodeInfo", "OPCODES", "opcode_info", "EXTENSION_ORDER", "MAX_HEADER_BYTES",
     "PARSED_HEADER_FIELDS", "PAYLOAD_VERDICT_FIELDS",
     "AGG_HEADER", "AGG_MAGIC", "AGG_VERSION", "AGG_HEADER_BYTES", "DTYPE_CODES", "SWITCH_WIDTHS",
-    "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType",
+    "CONTROL_PACKET", "CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_PORT", "ControlType", "RESULT_RESENDS",
     "MANAGEMENT_PACKET", "MANAGEMENT_MAGIC", "MANAGEMENT_VERSION", "MANAGEMENT_PORT", "ManagementOp",
     "MANAGEMENT_REPLY", "ManagementAddress",
     "PSN_MODULUS", "psn_distance", "MSG_SEQ_MODULUS", "msg_distance", "GAP_PSN_SHIFT",
@@ -271,6 +271,13 @@ class ControlType(IntEnum):
     CREDIT_REQUEST = 2      # host to switch: please send my CREDIT again
     RESULT_REQUEST = 3      # host to switch (a bounded-loss job's receiver): ``value`` = the msg_seq of a
                             # result it misses; answered from the message's slot while it holds it
+
+
+# The times a completed bounded-loss message's result is sent again to one receiver, at most (one
+# RESULT_REQUEST each; later requests are refused and counted): a request is some 18 times smaller than the
+# result it asks for at MTU 1024, so whoever can forge a receiver's requests gets at most this many more
+# results toward it per message, not an unbounded stream.
+RESULT_RESENDS = 3
 
 
 # Management packets (the in-band control plane, docs/ARCHITECTURE.md "In-band control plane"): the UDP

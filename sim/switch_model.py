@@ -52,6 +52,7 @@ from netreduce.wire import (
     MSG_SEQ_MODULUS,
     PSN_MODULUS,
     RC_WRITE_OPCODES,
+    RESULT_RESENDS,
     UC_WRITE_OPCODES,
     AethSyndrome,
     ControlType,
@@ -261,14 +262,15 @@ class _LossySlot:
     """A message slot of a bounded-loss job: the message it holds (``seq``, open or completed), the clock it
     opened at, its contributor bitmap and length; while open, each contributor's header record and payload;
     once completed with contributors, the sum, the template (the lowest-numbered contributor's header record)
-    and the template's aggregation-header bytes."""
+    and the template's aggregation-header bytes; per worker, the times its receiver has had the result again
+    (``resends``)."""
     __slots__ = ("state", "seq", "opened", "bitmap", "length", "headers", "payloads", "sum", "template",
-                 "template_head")
+                 "template_head", "resends")
 
     def __init__(self):
         self.state, self.seq, self.opened = SlotState.FREE, None, None
         self.bitmap, self.length = 0, None
-        self.headers = self.payloads = self.sum = self.template = self.template_head = None
+        self.headers = self.payloads = self.sum = self.template = self.template_head = self.resends = None
 
     def holds(self, seq):
         return self.state is not SlotState.FREE and self.seq == seq
@@ -277,6 +279,7 @@ class _LossySlot:
         self.state, self.seq, self.opened = SlotState.OPEN, seq, now
         self.bitmap, self.length = 0, None
         self.headers, self.payloads = [None] * workers, [None] * workers
+        self.resends = [0] * workers
         self.sum = self.template = self.template_head = None
 
 
@@ -858,14 +861,20 @@ class SwitchModel:
 
     def _result_request(self, conn, seq, out):
         """A receiver asks for the result of message ``seq`` again: answered from the slot while it holds it
-        completed; a message of the window that has not opened opens; anything else is stale."""
+        completed, ``RESULT_RESENDS`` times at most for one receiver; a message of the window that has not
+        opened opens; anything else is stale."""
         self.counters["result_requests"] += 1
         job = conn.job
         slot = job.slots[seq % job.config.message_slots]
         if slot.holds(seq):
             if slot.state is SlotState.COMPLETE and slot.bitmap:
-                self._emit(self._lossy_result(conn, slot), out)
-                self.counters["results_resent"] += 1
+                w = conn.config.worker
+                if slot.resends[w] < RESULT_RESENDS:
+                    slot.resends[w] += 1
+                    self._emit(self._lossy_result(conn, slot), out)
+                    self.counters["results_resent"] += 1
+                else:
+                    self.counters["result_requests_refused"] += 1
         elif 0 <= msg_distance(seq, job.oldest) < job.config.window:
             self._open(job, seq)
         else:

@@ -24,7 +24,7 @@ from netreduce.sim.switch_model import (
     SwitchConfig,
     SwitchModel,
 )
-from netreduce.wire import ControlType
+from netreduce.wire import RESULT_RESENDS, ControlType
 
 from references import (
     DEADLINE,
@@ -42,7 +42,7 @@ from references import (
 )
 
 NEW_COUNTERS = ("deadline_completions", "late", "result_requests", "results_resent",
-                "result_requests_stale") + HISTOGRAM_COUNTERS
+                "result_requests_stale", "result_requests_refused") + HISTOGRAM_COUNTERS
 
 
 def payload_of(frame):
@@ -292,6 +292,31 @@ def test_result_request_opens_a_message_of_the_window_and_is_stale_once_the_slot
     assert f.send(f.request(1, 0)) == []            # message 4 took the slot
     assert f.counters("result_requests", "results_resent", "result_requests_stale") == {
         "result_requests": 5, "results_resent": 1, "result_requests_stale": 2}
+
+
+def test_a_receiver_has_a_result_again_at_most_result_resends_times_per_message():
+    rng = np.random.default_rng(12)
+    f = Fabric(workers=2)
+    v = [elements(rng) for _ in range(2)]
+    f.send(f.contribution(0, 0, v[0]))
+    assert len(results(f.send(f.contribution(1, 0, v[1])))) == 2     # complete: each receiver's result
+    for n in range(1, RESULT_RESENDS + 1):      # each on the connection's next PSN
+        out = f.send(f.request(1, 0))
+        assert len(out) == 1
+        check_result(f, out[0][1], 1, 0, 0b11, v, n, template=0)
+    sent = f.counters("results_sent", "results_resent")
+    assert f.send(f.request(1, 0)) == [] and f.send(f.request(1, 0), port=2) == []     # refused, from anywhere
+    assert f.counters("results_sent", "results_resent", "result_requests_refused") == {
+        **sent, "result_requests_refused": 2}
+    # the other receiver's resends are its own
+    assert len(f.send(f.request(0, 0))) == 1
+    # a message that takes the slot again starts from none
+    for seq in (1, 2, 3, 4):
+        for w in range(2):
+            f.send(f.contribution(w, seq, elements(rng)))
+    assert f.send(f.request(1, 0)) == [] and f.switch.counters["result_requests_stale"] == 1
+    assert all(len(f.send(f.request(1, 4))) == 1 for _ in range(RESULT_RESENDS))
+    assert f.send(f.request(1, 4)) == [] and f.switch.counters["result_requests_refused"] == 3
 
 
 def test_requests_only_from_their_bound_place():

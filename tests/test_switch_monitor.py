@@ -44,7 +44,7 @@ from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, register_writes, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
 from netreduce.sim.roce_model import parse_frame
-from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, ControlType
+from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, RESULT_RESENDS, ControlType
 
 from references import JOB, RC_WRITE_ONLY, SWITCH_IP, Fabric, elements, write_registers
 
@@ -139,7 +139,8 @@ def scenario():
     for w in range(WORKERS):                    # every receiver acknowledges: the message is released
         ack(w, 0)
     frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=0, job=RELIABLE)))
-    frames.append((0, fabric.request(1, 0)))    # worker 1's receiver (host 2) asks for message 0 again
+    for _ in range(RESULT_RESENDS + 1):         # worker 1's receiver (host 2) asks for message 0 again: the
+        frames.append((0, fabric.request(1, 0)))    # result goes again, then (past RESULT_RESENDS) is refused
     # the same requests from a host that is not the worker's (on the same port): refused
     frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=2, job=RELIABLE)))
     frames.append((0, fabric.request(1, 0, src=0)))
@@ -293,10 +294,13 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     settled = []
 
     def done():
-        """Every frame in and every frame's descriptors out, and then the clocks a frame's reason takes to be
-        counted (two after its commit)."""
+        """Every frame in, every frame's descriptors out and the header record and sum request each of them
+        stands for, and then the clocks a frame's reason takes to be counted (two after its commit)."""
+        records_due = sum(Emission(d.kind) in (Emission.FORWARD, Emission.DUPLICATE) for d in descriptors)
+        sums_due = sum(Emission(d.kind) is Emission.RESULTS and not d.resend for d in descriptors)
         if counters_now and counters_now[COUNTERS.index("frames_in")] == len(frames) and \
-                len(descriptor_kinds(descriptors)) >= len(expected_kinds):
+                len(descriptor_kinds(descriptors)) >= len(expected_kinds) and len(headers) >= records_due and \
+                len(requests) >= sums_due:
             settled.append(True)
         return len(settled) > 4
     run(bench, [configure_then_send, send_ports, *([restart_job] if restart else [])],
@@ -336,8 +340,25 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
     model, _ = run_against_model(width, fabric, frames, idle=0.2, backpressure=0.3)
     # the scenario reaches every outcome it was written for
     assert {"aggregated", "duplicates_answered", "duplicates_dropped", "passthrough_gap", "drop_bad_header",
-            "drop_spoofed", "credit_requests", "result_requests", "drop_bad_icrc", "forwarded"} <= \
+            "drop_spoofed", "credit_requests", "result_requests", "results_resent", "result_requests_refused",
+            "drop_bad_icrc", "forwarded"} <= \
         {name for name, value in model.items() if value}
+
+
+def test_a_receiver_has_each_result_again_at_most_result_resends_times():
+    """RESULT_REQUESTs past ``RESULT_RESENDS`` for one message and receiver are refused (counted); the count
+    starts again with the next message in the slot, and another receiver's resends are its own."""
+    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30)
+    frames = []
+    data, _ = builders(fabric, frames, np.random.default_rng(5))
+    for seq in range(SLOTS + 1):                # message SLOTS takes message 0's slot
+        for w in range(WORKERS):
+            data(w, seq, 0, job=JOB)
+        if seq in (0, SLOTS):
+            frames += [(0, fabric.request(1, seq))] * (RESULT_RESENDS + 1)
+    frames.append((0, fabric.request(2, SLOTS)))
+    model, _ = run_against_model(64, fabric, frames, idle=0.2, backpressure=0.3)
+    assert (model["results_resent"], model["result_requests_refused"]) == (2 * RESULT_RESENDS + 1, 2)
 
 
 def test_a_monitor_without_the_bounded_loss_class_decides_as_the_model_does():

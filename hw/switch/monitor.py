@@ -66,6 +66,7 @@ from ...wire import (
     ETH_HEADER,
     ICRC_BYTES,
     IPV4_HEADER,
+    RESULT_RESENDS,
     UC_WRITE_OPCODES,
     UDP_HEADER,
     header_bytes,
@@ -253,6 +254,8 @@ class StatusMonitor(wiring.Component):
         wk_last = registers(J * K * N, 24, "wk_last")     # the PSN of a closed part's last packet
         pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
+        # a bounded-loss message's results sent again to each worker's receiver (RESULT_RESENDS at most)
+        resends = registers(J * K * N, RESULT_RESENDS.bit_length(), "resends")
         # RESULTS descriptors of each message not yet sent in full (``unsent.UnsentResults``): a message is not
         # released before its results have left, even if an ACK (which no real NIC sends this early) says otherwise
         m.submodules.unsent = unsent = UnsentResults(J * K)
@@ -998,7 +1001,8 @@ class StatusMonitor(wiring.Component):
         # EXPIRE) is applied in COMPLETE, and the job's oldest completed messages advance in ADVANCE, with their
         # CREDITs.
         Probe = data.StructLayout({"k": k_bits, "held": 1, "complete": 1, "bitmap": N, "bit": 1, "behind": 1,
-                                   "in_window": 1, "length_match": 1, "length": 16, "opens": K})
+                                   "in_window": 1, "length_match": 1, "length": 16, "opens": K,
+                                   "resends": RESULT_RESENDS.bit_length()})
         probe_job = Signal(job_bits)
         probe_seq = Signal(32)
         probe_worker = Signal(worker_bits)
@@ -1032,6 +1036,7 @@ class StatusMonitor(wiring.Component):
             probe_now.in_window.eq(probe_distance < W_lossy),
             probe_now.length_match.eq((pk_bitmap[probe_slot] == 0) | (pk_len[probe_slot] == length)),
             probe_now.length.eq(pk_len[probe_slot]),
+            probe_now.resends.eq(resends[probe_message * N + probe_worker]),
         ]
         # opening message ``seq`` opens every message of the window up to it that its slot does not hold.
         # Slot k's message of the window, ``oldest + position``, is k modulo K (K a power of two): its upper
@@ -1072,6 +1077,8 @@ class StatusMonitor(wiring.Component):
                             m.d.sync += [msg_busy[message].eq(1), msg_seq[message].eq(job_oldest[jj] + position),
                                          msg_complete[message].eq(0), msg_opened[message].eq(h_arrival),
                                          pk_bitmap[first_slot].eq(0), pk_gen[first_slot].eq(~pk_gen[first_slot])]
+                            for w in range(N):
+                                m.d.sync += resends[message * N + w].eq(0)
 
         def reopen_clear(job):
             """Every message slot that ``probe.opens`` reopens has sent all its previous message's results and
@@ -1509,14 +1516,19 @@ class StatusMonitor(wiring.Component):
                     m.d.sync += probe.eq(probe_now)
                     m.next = "RR_APPLY"
                 with m.State("RR_APPLY"):
-                    # a RESULT_REQUEST: the result again to the worker's receiver, the message opened, or stale
+                    # a RESULT_REQUEST: the result again to the worker's receiver (refused past RESULT_RESENDS),
+                    # the message opened, or stale
                     m.d.comb += lossy_changing.eq(1)
                     m.next = "IDLE"
                     with m.If(probe.held & probe.complete & (probe.bitmap != 0)):
-                        with m.If(room):
+                        with m.If(probe.resends == RESULT_RESENDS):
+                            count("result_requests_refused")
+                        with m.Elif(room):
                             count("results_resent")
                             m.d.comb += lossy_results(request_j, probe.k, probe.length, probe.bitmap)
                             m.d.comb += [new_descriptor.resend.eq(1), new_descriptor.worker.eq(request_worker)]
+                            write_at(resends, (request_j * K + probe.k) * N + request_worker[:worker_bits],
+                                     probe.resends + 1)
                         with m.Else():
                             m.next = "RR_APPLY"
                     with m.Elif(~probe.held & ~probe.behind & probe.in_window):
