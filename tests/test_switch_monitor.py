@@ -144,6 +144,7 @@ def scenario():
     # the same requests from a host that is not the worker's (on the same port): refused
     frames.append((0, fabric.request(0, 0, ControlType.CREDIT_REQUEST, src=2, job=RELIABLE)))
     frames.append((0, fabric.request(1, 0, src=0)))
+    frames.append((0, fabric.request(1, 0)[:50]))       # cut short of its control message: refused
     port, frame = frames[0]
     frames.append((port, corrupted(frame)))     # a bad ICRC
     frames.append((0, NOT_ROCE))

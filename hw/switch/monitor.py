@@ -71,6 +71,7 @@ from ...wire import (
     UDP_HEADER,
     header_bytes,
 )
+from ..parser import keep_count
 from ..ram import BlockRAMFIFO
 from ..slots import slot_write_signature, sum_request_layout
 from ..stream import fifo_to_stream, payload_stream
@@ -675,12 +676,13 @@ class StatusMonitor(wiring.Component):
         with m.If(plan.lossy):
             m.d.comb += [write.slot.eq(lossy_slot(plan.job, k_now)), write.beat.eq(lossy_beat[:beat_bits]),
                          write.data.eq(held_word if lossy_delay else beat.data)]
-        # the frame so far with the beat on the parser's output: what the commit sees on the last beat
+        # the frame so far with the beat on the parser's output (its ``keep`` contiguous, the parser's contract,
+        # so counted as ``keep_count``'s tree, not a sum of its lanes): what the commit sees on the last beat
         verdict = Signal(3)
         stream_total = Signal(16)
         window_now = Signal(8 * WINDOW_BYTES)
         m.d.comb += [verdict.eq(beat.verdict.as_value()),
-                     stream_total.eq(stream_bytes + sum(beat.keep[i] for i in range(B))), window_now.eq(window)]
+                     stream_total.eq(stream_bytes + keep_count(m, beat.keep, B)), window_now.eq(window)]
 
         # Byte counts at the commit, without adding up. Every payload beat but a frame's last is full (the
         # parser's contract: it counts a frame's bytes by whole beats), so the bytes before beat b are b B.
