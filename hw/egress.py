@@ -55,6 +55,7 @@ from ..egress import (
 )
 from ..registers import EGRESS_COUNTERS
 from .fp.adder import check_int
+from .parser import keep_count
 from .ports import MAX_PORTS
 from .ram import NO_COLLISION, BlockRAMReadPort, increment
 from .stream import FrameBeat, check_width, frame_stream
@@ -153,14 +154,6 @@ def check_geometry(width, queues, depth_beats, max_frame, cell_beats):
         raise ValueError(f"max_frame ({max_frame} bytes, {max_frame_beats} beats) must fit in the buffer "
                          f"(depth_beats={depth_beats}): frames are stored whole before they are sent")
     return width, queues, depth_beats, max_frame, cell_beats, max_frame_beats
-
-
-def _popcount(bits):
-    """The number of set bits of ``bits``, as a balanced tree of adders."""
-    terms = [bits[i] for i in range(len(bits))]
-    while len(terms) > 1:
-        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
 
 
 class EgressQueues(wiring.Component):
@@ -522,14 +515,13 @@ class EgressQueues(wiring.Component):
                 m.d.sync += high_water.eq(queue_occupancy[q])
             m.d.comb += self.high_water[q].eq(high_water)
 
+        # each beat out, registered with its byte count (``keep_count``: the stream's ``keep`` is contiguous)
         out_event = Signal()
         out_cls = Signal(CLASS_BITS)
-        out_keep = Signal(W // 8)
-        out_last = Signal()
-        m.d.sync += [out_event.eq(taken), out_cls.eq(out_r.cls), out_keep.eq(out_r.beat.keep),
-                     out_last.eq(out_r.beat.last)]
         out_bytes = Signal(range(W // 8 + 1))
-        m.d.comb += out_bytes.eq(_popcount(out_keep))
+        out_last = Signal()
+        m.d.sync += [out_event.eq(taken), out_cls.eq(out_r.cls), out_bytes.eq(keep_count(m, out_r.beat.keep, W // 8)),
+                     out_last.eq(out_r.beat.last)]
         oversize = Signal(COUNTER_BITS)
         with m.If(oversize_dropped):
             m.d.sync += oversize.eq(oversize + 1)
