@@ -60,7 +60,7 @@
   the ECP5-85 (speed grade 8), RoCE over IPv4 only as ``netreduce build`` builds it for a board, against
   the 156.25 MHz goal (the switch the issue sets that goal for, and ``bench_switch_parts.py`` takes apart;
   with the bounded-loss class unless ``--synth-no-bounded-loss``).
-  That build has an 8-message credit window (``SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs,
+  That build has an 8-message credit window (``switches.SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs,
   its slot, result and header memories take more DP16KD block RAMs than the 208 of the device (262 with
   IPv6, Yosys ``synth_ecp5``). With
   ``--no-route`` nextpnr stops after placement and the Fmax is its estimate (routing this build with
@@ -86,19 +86,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+from switches import MESSAGE_PACKETS, MTU, goal_parameters, xilinx_parameters
+
 from netreduce.host.network import CLOCK_NS, ModelEngine, build_allreduce, record_frames
 from netreduce.host.packets import build_ack, build_roce_frame
 from netreduce.hw.switch import NetReduceSwitch
 from netreduce.hw.switch.emitter import HeaderEntry
 from netreduce.tb.harness import run_switch
 
-MTU, MESSAGE_PACKETS, MESSAGE_SLOTS = 1024, 4, 16
+MESSAGE_SLOTS = 16
 FORWARDED_FRAMES = 400
 LINE_GBPS, CARD_MHZ = 100, 250      # ``--card``: the Alveo's QSFP28 lines, its switch's clock (``SwitchOnAlveo``)
 CARD_FRAME_SIZES = (60, 128, 256, 260, 576, 1024, 1500)
 CARD_FRAMES = 3000
 WINDOW_BYTES = MESSAGE_SLOTS * (MESSAGE_PACKETS * MTU - 16)      # a worker's bytes in the credit window
-SYNTH_MESSAGE_SLOTS = 8
 PORT_COUNTS = {64: [1, 2, 4], 512: [1, 2]}      # the multi-port runs of each width
 
 
@@ -347,9 +348,9 @@ def main(argv=None):
         # RoCE over IPv4 only, as ``netreduce build`` builds the switch for an ECP5 board (with IPv6 its
         # 968-bit header records take 209 DP16KD of the device's 208)
         core = args.synth_core
-        switch = NetReduceSwitch(width=core, port_width=64, ports=2, workers=4, jobs=1, mtu=MTU,
-                                 message_packets=args.synth_message_packets, message_slots=SYNTH_MESSAGE_SLOTS,
-                                 max_frame=2048, ipv6=False, bounded_loss=not args.synth_no_bounded_loss)
+        switch = NetReduceSwitch(**goal_parameters(width=core, port_width=64,
+                                                   message_packets=args.synth_message_packets,
+                                                   bounded_loss=not args.synth_no_bounded_loss))
         packets = args.synth_message_packets
         name = "netreduce_switch_64b_2p_4w" + ("" if core == 64 else f"_{core}b_core") + \
             ("" if packets == MESSAGE_PACKETS else f"_{packets}_packet_messages") + \
@@ -359,11 +360,10 @@ def main(argv=None):
         result.pop("work_dir", None)
         report[name.replace("netreduce_switch", "ecp5_switch")] = result
     if args.xilinx:
-        from netreduce.hw.alveo import CORE_WIDTH, WIDTH
         from netreduce.synth import synth_xilinx_estimate
-        ports, core, port_width = (2, CORE_WIDTH, WIDTH) if args.xilinx_card else (4, 512, args.xilinx_port_width)
-        switch = NetReduceSwitch(width=core, ports=ports, workers=8, jobs=1, mtu=MTU, message_packets=MESSAGE_PACKETS,
-                                 message_slots=SYNTH_MESSAGE_SLOTS, max_frame=9216, port_width=port_width)
+        parameters = xilinx_parameters(card=args.xilinx_card, port_width=args.xilinx_port_width)
+        switch = NetReduceSwitch(**parameters)
+        core, ports, port_width = parameters["width"], parameters["ports"], parameters["port_width"]
         name = f"netreduce_switch_{core}b_{ports}p_8w" + ("" if port_width == core else f"_{port_width}b_ports")
         result = synth_xilinx_estimate(switch, name, family="xcup", depths=True)
         result.pop("work_dir", None)

