@@ -23,8 +23,9 @@ the golden model ``netreduce.sim.switch_model`` is written too. The stages:
    checksum. Each frame's class goes with it, through ``forwarding.ForwardingTable`` (the port of its
    destination MAC; the default port for any other MAC) and a queue, to ``hw.egress.ClassJoin``, which puts
    class and port on the frame's beats. The management agent's replies join them (``hw.ports.FrameArbiter``;
-   a reply names its request's port); ``hw.ports.FrameRouter`` sends each frame out of the port its beats
-   name, through that port's ``hw.egress.EgressQueues`` (MLT's priority queues and drops by class).
+   a reply names its request's port); ``hw.ports.FrameRouter``, behind two registers (``to_router``), sends
+   each frame out of the port its beats name, through that port's ``hw.egress.EgressQueues`` (MLT's
+   priority queues and drops by class).
 
 Configuration and counters: ``registers.SwitchRegisters``, the map of ``netreduce.registers`` behind ``csr``
 (docs/ARCHITECTURE.md, "Switch RTL", has the table), or with a ``management`` address the in-band agent
@@ -56,7 +57,7 @@ from ..fp.adder import check_int
 from ..gearbox import NarrowBeats, WholeFrames, WidenBeats, check_port_width
 from ..parser import RoceParser
 from ..ports import FrameArbiter, FrameRouter, check_ports
-from ..ram import IN_BLOCK_RAM, NO_COLLISION, BlockRAMReadPort
+from ..ram import IN_BLOCK_RAM, NO_COLLISION, BlockRAMReadPort, RegisterFIFO
 from ..slots import SlotMemory
 from ..stream import (
     axi_stream_signature,
@@ -327,15 +328,19 @@ class NetReduceSwitch(wiring.Component):
 
         # --- to the ports: the management agent's replies join in, whole frames at a time; each frame to the
         # port its beats name (its destination MAC's; a reply's, its request's), through that port's egress stage ---
+        # (into the router through two registers, ``to_router``: the egress stages' ``ready``, which the router
+        # chooses by the frame's port, goes no further back in the clock than them)
+        m.submodules.to_router = to_router = RegisterFIFO(width=EgressBeat(W).size)
         m.submodules.router = router = FrameRouter(W, self.ports, beat=EgressBeat(W))
+        fifo_to_stream(m, to_router, router.i)
         m.d.comb += router.destination.eq(router.i.payload.port)
         if self.management is not None:
             m.submodules.replies = replies = FrameArbiter(W, 2, beat=EgressBeat(W), frame_ports=False)
             wiring.connect(m, class_join.o, replies.i[0])
             wiring.connect(m, agent.o, replies.i[1])
-            wiring.connect(m, replies.o, router.i)
+            stream_to_fifo(m, replies.o, to_router)
         else:
-            wiring.connect(m, class_join.o, router.i)
+            stream_to_fifo(m, class_join.o, to_router)
         for p, stage in enumerate(egress):
             m.submodules[f"egress_{p}"] = stage
             wiring.connect(m, router.o[p], stage.i)
