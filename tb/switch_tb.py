@@ -33,7 +33,7 @@ from netreduce.registers import COUNTERS, READ_LATENCY, address, block, counter_
 from netreduce.sim.roce_model import parse_frame
 from netreduce.sim.runner import cocotb_params
 from netreduce.sim.switch_model import SwitchModel
-from netreduce.tb.harness_driver import HarnessDriver
+from netreduce.tb.harness_driver import HarnessDriver, HarnessTimeout
 from netreduce.tb.parser_tb import CLOCK_NS, TB as StreamTB
 from netreduce.wire import UC_WRITE_OPCODES
 
@@ -226,6 +226,12 @@ async def check_egress_counters(registers, expected, queues, dropped=None):
                                 for name in ("drops_threshold", "drops_full")])
             assert got == want, f"port {p}, class {c}: egress counters (rtl) {got}, from the model's frames {want}"
         assert await registers.read(address("egress", p, "drops_oversize")) == 0, f"port {p}: oversize drops"
+
+
+async def egress_drops(registers, ports):
+    """Each port's frames dropped by its egress stage (every class, both reasons)."""
+    return [sum([await registers.read(address("egress", p, f"{name}{c}"))
+                 for name in ("drops_threshold", "drops_full") for c in range(CLASSES)]) for p in range(ports)]
 
 
 def check_frames(got, expected):
@@ -471,7 +477,16 @@ async def measure(dut):
     await replay.start()
     start, wall = replay.bench.cycle, time.perf_counter()
     in_order = not params.get("ports_at_once")
-    got = await replay.play(in_order=in_order)
+    try:
+        got = await replay.play(in_order=in_order)
+    except HarnessTimeout as timeout:
+        # (frames the egress stages dropped never come: say so, rather than only that the run timed out)
+        dropped = await egress_drops(replay.registers, replay.ports)
+        if any(dropped):
+            raise AssertionError(f"{timeout}; the egress stages dropped {dropped} frames (by port), which the "
+                                 "model's recording does not: a measurement needs a run without drops "
+                                 "(timed_against_model holds one with them to the model)") from timeout
+        raise
     wall, clocks = time.perf_counter() - wall, replay.bench.cycle - start
     for p in range(replay.ports):
         if in_order:
