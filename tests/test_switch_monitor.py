@@ -194,6 +194,16 @@ def descriptor_kinds(descriptors):
     return kinds
 
 
+def record_descriptors(descriptors):
+    """The descriptors that stand for a frame whose header record goes on (forwarded, or a duplicate's answer)."""
+    return [d for d in descriptors if Emission(d.kind) in (Emission.FORWARD, Emission.DUPLICATE)]
+
+
+def sum_descriptors(descriptors):
+    """The RESULTS descriptors that come with a sum request (every one but a resend)."""
+    return [d for d in descriptors if Emission(d.kind) is Emission.RESULTS and not d.resend]
+
+
 def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU, restart=None,
                       restart_timing=None, bounded_loss=True):
     """Send ``frames`` (``(port, frame)`` each) through the bench (built for ``mtu``), offered with ``idle``
@@ -297,11 +307,10 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     def done():
         """Every frame in, every frame's descriptors out and the header record and sum request each of them
         stands for, and then the clocks a frame's reason takes to be counted (two after its commit)."""
-        records_due = sum(Emission(d.kind) in (Emission.FORWARD, Emission.DUPLICATE) for d in descriptors)
-        sums_due = sum(Emission(d.kind) is Emission.RESULTS and not d.resend for d in descriptors)
         if counters_now and counters_now[COUNTERS.index("frames_in")] == len(frames) and \
-                len(descriptor_kinds(descriptors)) >= len(expected_kinds) and len(headers) >= records_due and \
-                len(requests) >= sums_due:
+                len(descriptor_kinds(descriptors)) >= len(expected_kinds) and \
+                len(headers) >= len(record_descriptors(descriptors)) and \
+                len(requests) >= len(sum_descriptors(descriptors)):
             settled.append(True)
         return len(settled) > 4
     run(bench, [configure_then_send, send_ports, *([restart_job] if restart else [])],
@@ -316,14 +325,14 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     model = {name: fabric.switch.counters[name] for name in COUNTERS if name != "frames_out"}
     assert rtl == model
     assert descriptor_kinds(descriptors) == expected_kinds
-    forwards = [d for d in descriptors if Emission(d.kind) in (Emission.FORWARD, Emission.DUPLICATE)]
+    forwards = record_descriptors(descriptors)
     assert len(headers) == len(forwards)
     # each frame that goes on carries its own header record (the model's frame out, parsed)
     forwarded = [record for record, d in zip(headers, forwards, strict=True) if Emission(d.kind) is Emission.FORWARD]
     assert len(forwarded) == len(expected_forwarded)
     for record, expected in zip(forwarded, expected_forwarded, strict=True):
         assert {name: int(getattr(record, name)) for name in expected} == expected
-    sums = [d for d in descriptors if Emission(d.kind) is Emission.RESULTS and not d.resend]
+    sums = sum_descriptors(descriptors)
     assert len(requests) == len(sums)
     assert stored_headers == expected_stored
     assert sum(stored) == len(sums)
