@@ -13,14 +13,15 @@ gives (a core beat at most every clock).
 
 ``WholeFrames(width, depth_beats)``: store and forward. A frame of ``i`` goes on ``o`` only once its last
 beat is in, and then at one beat per clock while ``o.ready`` is high, so whoever takes it never waits on
-the port in the middle of a frame. ``i.ready`` is low while the buffer is full; nothing is dropped. A frame
-longer than the buffer cannot be whole in it: when the buffer is full and holds no whole frame, the frame
-at its head goes on as it comes (cut through) so that the port never stalls for good (the switch drops
-such a frame anyway when it is longer than its ``max_frame``). With ``stamp_bits``, each frame is stamped
-with ``now`` (a clock count of that many bits, from the parent) in the clock its last beat goes in, and
-``head_stamp`` gives the stamp of the frame at the head, ``head_whole`` whether that frame is whole (else it
-is being cut through and has no stamp yet): ``hw.ports.FrameArbiter`` then takes the ports' frames oldest
-first.
+the port in the middle of a frame. ``i.ready`` is low while the buffer is full of frames waiting to leave.
+A frame longer than the buffer cannot be whole in it: when the buffer is full and holds no whole frame,
+its head frame is dropped (``dropped`` high for a clock): the rest of it is taken at a beat a clock and
+thrown away, and its beats in the buffer are read out and thrown away at a beat a clock, none on ``o``;
+the frames behind it are written as they come. So the port never stalls for good, and whoever takes
+``o`` never waits on a port's line rate (the switch's buffer is at least twice its longest frame, so such
+a frame is one it would drop as oversize). With ``stamp_bits``, each frame is stamped with ``now`` (a clock
+count of that many bits, from the parent) in the clock its last beat goes in, and ``head_stamp`` gives the
+stamp of the frame on ``o``: ``hw.ports.FrameArbiter`` then takes the ports' frames oldest first.
 
 ``NarrowBeats(wide, narrow)``: a frame stream of ``wide`` bits into one of ``narrow`` bits: each core beat
 as the port beats that hold its kept bytes (``keep`` is contiguous from lane 0; a beat with no byte kept
@@ -98,8 +99,8 @@ class WholeFrames(wiring.Component):
         self.depth_beats = check_int(depth_beats, "depth_beats", 2, 1 << 16)
         self.stamp_bits = check_int(stamp_bits, "stamp_bits", 0, 32)
         super().__init__({
-            "i": In(frame_stream(width)), "o": Out(frame_stream(width)),
-            **({"now": In(stamp_bits), "head_stamp": Out(stamp_bits), "head_whole": Out(1)} if stamp_bits else {}),
+            "i": In(frame_stream(width)), "o": Out(frame_stream(width)), "dropped": Out(1),
+            **({"now": In(stamp_bits), "head_stamp": Out(stamp_bits)} if stamp_bits else {}),
         })
 
     def elaborate(self, platform):
@@ -107,23 +108,31 @@ class WholeFrames(wiring.Component):
         Beat = self.i.payload.shape()
         m.submodules.store = store = SyncFIFOBuffered(width=Beat.size, depth=self.depth_beats)
         whole = Signal(range(self.depth_beats + 1))    # frames whose last beat is in the buffer
-        cut_through = Signal()      # the buffer filled up with no whole frame: its head frame goes on as it comes
+        discarding = Signal()       # the rest of a frame longer than the buffer: taken and thrown away
+        unread = Signal(range(self.depth_beats + 1))   # that frame's beats in the buffer, read out and thrown away
         head = data.View(Beat, store.r_data)
-        arrived = self.i.valid & self.i.ready & self.i.payload.last
+        taken = self.i.valid & self.i.ready
+        arrived = taken & self.i.payload.last & ~discarding
         left = self.o.valid & self.o.ready & head.last
-        m.d.comb += [store.w_en.eq(self.i.valid), store.w_data.eq(self.i.payload), self.i.ready.eq(store.w_rdy),
-                     self.o.valid.eq(store.r_rdy & ((whole != 0) | cut_through)), self.o.payload.eq(head),
-                     store.r_en.eq(self.o.ready & self.o.valid)]
+        m.d.comb += [store.w_en.eq(self.i.valid & ~discarding), store.w_data.eq(self.i.payload),
+                     self.i.ready.eq(store.w_rdy | discarding),
+                     self.o.valid.eq(store.r_rdy & (whole != 0) & (unread == 0)), self.o.payload.eq(head),
+                     store.r_en.eq((self.o.ready & self.o.valid) | (unread != 0))]
         m.d.sync += whole.eq(whole + arrived - left)
-        with m.If(left):
-            m.d.sync += cut_through.eq(0)
-        with m.Elif(~store.w_rdy & (whole == 0)):
-            m.d.sync += cut_through.eq(1)
+        full_of_one = ~store.w_rdy & (whole == 0) & (unread == 0)
+        m.d.comb += self.dropped.eq(full_of_one)
+        with m.If(full_of_one):
+            m.d.sync += [discarding.eq(1), unread.eq(self.depth_beats)]
+        with m.Else():
+            with m.If(discarding & taken & self.i.payload.last):
+                m.d.sync += discarding.eq(0)
+            with m.If((unread != 0) & store.r_rdy):
+                m.d.sync += unread.eq(unread - 1)
         if self.stamp_bits:     # a stamp per whole frame, in frame order
             # (read as the clock after its write, as `whole` counts the frame: no read latency)
             m.submodules.stamps = stamps = SyncFIFO(width=self.stamp_bits, depth=self.depth_beats)
             m.d.comb += [stamps.w_en.eq(arrived), stamps.w_data.eq(self.now), stamps.r_en.eq(left & stamps.r_rdy),
-                         self.head_stamp.eq(stamps.r_data), self.head_whole.eq(whole != 0)]
+                         self.head_stamp.eq(stamps.r_data)]
         return m
 
 

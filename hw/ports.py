@@ -10,8 +10,7 @@ which comes after the frame's first beat): with P > 1 a FIFO of ``FRAME_PORTS_DE
 first beat (a frame waits to start while it is full), with P = 1 always 0; with ``frame_ports`` false there
 is no such FIFO and ``frame_port`` is never valid (a merge of frame streams needs only ``port``). With
 ``stamp_bits`` the ports hold whole frames (``hw.gearbox.WholeFrames``) and the arbiter takes them oldest
-first instead of round robin: between frames, of the ports with a valid beat, one whose head frame is not
-whole (``whole[p]`` low: a frame longer than its buffer, cut through) first, else the one whose ``stamp[p]``
+first instead of round robin: between frames, of the ports with a valid beat, the one whose ``stamp[p]``
 (the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port; should the
 waiting frames' stamps lie more than half their range apart (a frame waited 2^(stamp_bits - 1) clocks) so
 that none is older than all the others, the lowest port's. That choice is made a clock ahead, into a
@@ -54,7 +53,7 @@ class FrameArbiter(wiring.Component):
             "o": Out(signature),
             "port": Out(range(ports)),
             "frame_port": Out(stream.Signature(max(1, ceil_log2(ports)))),
-            **({"stamp": In(data.ArrayLayout(stamp_bits, ports)), "whole": In(ports)} if stamp_bits else {}),
+            **({"stamp": In(data.ArrayLayout(stamp_bits, ports))} if stamp_bits else {}),
         })
 
     def elaborate(self, platform):
@@ -111,8 +110,8 @@ class FrameArbiter(wiring.Component):
         there is one. Every pair of ports is compared side by side from the stamps alone, and eligibility, which
         waits on whether the current frame is being taken, comes in only after: a port wins where it is
         eligible and beats every other eligible port. Port p beats a later port q unless q's frame is older
-        (p's whole, and q's cut through or whole earlier: the stamp of p minus q's, modulo, from 1 to under
-        half the range), so of two ports exactly one beats the other, ties to the lower. Stamps of waiting
+        (the stamp of p minus q's, modulo, from 1 to under half the range), so of two ports exactly one beats
+        the other, ties to the lower. Stamps of waiting
         frames lie within half the range of each other unless a frame waited 2^(stamp_bits - 1) clocks; then
         no port may beat all others, and the lowest eligible port is taken, so the arbiter never stops."""
         P = self.ports
@@ -120,7 +119,7 @@ class FrameArbiter(wiring.Component):
         def older(q, p):        # q's head frame older than p's (the ports' stamps alone)
             # (p's stamp minus q's from 1 to under half the range: not equal, and the difference's top bit clear)
             ahead = (self.stamp[p] - self.stamp[q])[:self.stamp_bits]
-            return self.whole[p] & (~self.whole[q] | ((self.stamp[p] != self.stamp[q]) & ~ahead[-1]))
+            return (self.stamp[p] != self.stamp[q]) & ~ahead[-1]
 
         beats = {}
         for p in range(P):

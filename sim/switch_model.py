@@ -420,10 +420,10 @@ class SwitchModel:
             self._expire(now, out)
         parsed = parse_frame(frame, ipv6=self.config.ipv6)
         h = parsed.header
-        if h["roce"] and not verdict_good(h, parsed.verdict):
-            self.counters["drop_bad_icrc" if not parsed.verdict["icrc_ok"] else "drop_bad_checksum"] += 1
-        elif len(parsed.payload) > self.config.max_frame:
+        if len(parsed.payload) > self.config.max_frame:      # (whatever its checksums: a port may drop it unread)
             self.counters["drop_oversize"] += 1
+        elif h["roce"] and not verdict_good(h, parsed.verdict):
+            self.counters["drop_bad_icrc" if not parsed.verdict["icrc_ok"] else "drop_bad_checksum"] += 1
         elif self._in_switch_name(h):
             self.counters["drop_spoofed"] += 1          # someone speaking in the switch's name
         elif self._is_management(h):

@@ -188,7 +188,7 @@ class Fabric:
     built without the class) the reliable job alone."""
 
     def __init__(self, workers=4, ports=4, slots=4, vlan=None, deadline=DEADLINE, start_msg=0, reliable_too=False,
-                 lossy_too=None, mtu=64, bounded_loss=True):
+                 lossy_too=None, mtu=64, bounded_loss=True, max_frame=SwitchConfig.max_frame):
         self.workers, self.vlan = workers, vlan
         self.job = JobConfig(job=JOB, workers=workers, mtu=mtu, message_slots=slots, traffic_class="lossy",
                              deadline_clocks=deadline, start_msg=start_msg)
@@ -211,7 +211,8 @@ class Fabric:
                     responder_rkey=responder_rkey(w) if job.traffic_class is JobClass.LOSSY else None)
         self.config = SwitchConfig(mac=SWITCH_MAC, ip=SWITCH_IP, ports=ports,
                                    forwarding={host_mac(h): h % ports for h in range(workers)},
-                                   jobs=jobs, connections=list(self.conns.values()), bounded_loss=bounded_loss)
+                                   jobs=jobs, connections=list(self.conns.values()), bounded_loss=bounded_loss,
+                                   max_frame=max_frame)
         self.switch = SwitchModel(self.config)
         self.frames_sent = 0
 

@@ -5,7 +5,7 @@ backpressure out, and come out byte for byte (``collect_frames`` checks that ``k
 bytes past it zero and ``first`` on each frame's first beat). The timing each component promises is checked
 clock by clock: a port beat a clock through ``WidenBeats`` and ``NarrowBeats`` when nothing waits, no frame
 out of ``WholeFrames`` before its last beat is in and none pausing once it has started, and a frame longer
-than the buffer let through rather than stalled."""
+than the buffer dropped, its beats taken at once, rather than stalled."""
 
 import random
 
@@ -100,13 +100,33 @@ def test_whole_frames_leave_only_once_in_and_never_pause(idle, backpressure):
     assert all(o > i for i, o in zip(ins, outs, strict=True))
 
 
-def test_a_frame_longer_than_the_buffer_goes_through_cut():
+@pytest.mark.parametrize("backpressure", [0.0, 0.3])
+def test_a_frame_longer_than_the_buffer_is_dropped_and_the_port_never_stalls(backpressure):
+    """A frame longer than the buffer (9 beats and more in 8) is dropped whole, ``dropped`` high for one clock
+    each, its beats taken one a clock (the port is never held for it) and none on ``o``; the frames around it,
+    a frame of exactly the buffer among them, go through byte for byte."""
     width, depth = 64, 8
     dut, sim = shared_simulator(("whole", width, depth), lambda: WholeFrames(width, depth))
-    frames, out = frames_of([8 * 8 * 5, 30, 8 * 8 + 1, 1], 4), []
-    run(dut, [send_frames(dut.i, frames, width // 8)], [collect_frames(dut.o, width // 8, out, backpressure=0.3)],
-        until_idle=lambda: len(out) == len(frames), sim=sim)
-    assert [frame for frame, _ in out] == frames
+    lengths = [8 * 8 * 5, 30, 8 * 8 + 1, 1, 8 * 8, 8 * 8 * 3 + 5, 8 * 8 * 3 + 5, 2]
+    frames, out = frames_of(lengths, 4), []
+    kept = [frame for frame in frames if len(frame) <= 8 * depth]
+    drops, held = [], []
+
+    async def watch(ctx):
+        discarding = False      # inside a frame that was dropped: each of its beats must be taken at once
+        while True:
+            _, _, dropped, i_valid, i_ready, i_beat = await ctx.tick().sample(dut.dropped, dut.i.valid, dut.i.ready,
+                                                                              dut.i.payload)
+            drops.extend([1] if dropped else [])
+            if discarding and i_valid and not i_ready:
+                held.append(1)
+            discarding = (discarding or dropped) and not (i_valid and i_ready and i_beat.last)
+    run(dut, [send_frames(dut.i, frames, width // 8)],
+        [collect_frames(dut.o, width // 8, out, backpressure=backpressure), watch],
+        until_idle=lambda: len(out) == len(kept) and len(drops) == len(frames) - len(kept), sim=sim)
+    assert [frame for frame, _ in out] == kept
+    assert len(drops) == len(frames) - len(kept) == 4
+    assert not held
 
 
 class _Chain(Elaboratable):
@@ -141,27 +161,30 @@ def test_port_widths_are_checked():
 
 
 def test_whole_frames_are_stamped_with_the_clock_they_were_whole():
-    """With ``stamp_bits``: as each frame leaves, ``head_stamp`` is ``now`` of the clock its last beat went in,
-    and ``head_whole`` is set."""
+    """With ``stamp_bits``: as each frame leaves, ``head_stamp`` is ``now`` of the clock its last beat went in;
+    a frame dropped for being longer than the buffer has no stamp, and the stamps after it stay with their
+    frames."""
     width, depth = 64, 64
     dut, sim = shared_simulator(("whole", width, depth, "stamped"), lambda: WholeFrames(width, depth, stamp_bits=16))
-    frames, out = frames_of(LENGTHS, 6), []
+    frames, out = frames_of(LENGTHS[:8] + [8 * depth + 100] + LENGTHS[8:], 6), []
+    kept = [frame for frame in frames if len(frame) <= 8 * depth]
     completed, seen = [], []
 
     async def clock(ctx):
-        now = 0
+        now, index = 0, 0
         while True:
             ctx.set(dut.now, now % (1 << 16))
-            _, _, valid, ready, beat, o_valid, o_ready, o_beat, stamp, whole = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.i.payload, dut.o.valid, dut.o.ready, dut.o.payload, dut.head_stamp,
-                dut.head_whole)
+            _, _, valid, ready, beat, o_valid, o_ready, o_beat, stamp = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.i.payload, dut.o.valid, dut.o.ready, dut.o.payload, dut.head_stamp)
             if valid and ready and beat.last:
-                completed.append(now)
+                if len(frames[index]) <= 8 * depth:
+                    completed.append(now)
+                index += 1
             if o_valid and o_ready and o_beat.first:
-                seen.append((stamp, whole))
+                seen.append(stamp)
             now += 1
     run(dut, [send_frames(dut.i, frames, width // 8, idle=0.3)],
         [collect_frames(dut.o, width // 8, out, backpressure=0.5), clock],
-        until_idle=lambda: len(out) == len(frames), sim=sim)
-    assert [frame for frame, _ in out] == frames
-    assert seen == [(clock_, 1) for clock_ in completed], (seen, completed)
+        until_idle=lambda: len(out) == len(kept), sim=sim)
+    assert [frame for frame, _ in out] == kept
+    assert seen == completed, (seen, completed)

@@ -49,6 +49,7 @@ from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, RESULT
 from references import JOB, RC_WRITE_ONLY, SWITCH_IP, Fabric, elements, write_registers
 
 WORKERS, PORTS, SLOTS, PACKETS, MTU = 3, 2, 4, 4, 64
+MAX_FRAME = 1024        # the monitor's and the model's
 RELIABLE = JOB + 1
 
 
@@ -63,7 +64,7 @@ class MonitorBench(Elaboratable):
         self.match = ConnectionMatch(jobs=2, workers=WORKERS, ports=PORTS,
                                      header_clocks=-(-ETH_MIN_FRAME // (width // 8)))
         self.monitor = StatusMonitor(width=width, workers=WORKERS, jobs=2, dtype="fp32", mtu=mtu,
-                                     message_packets=PACKETS, message_slots=SLOTS, max_frame=1024, ports=PORTS,
+                                     message_packets=PACKETS, message_slots=SLOTS, max_frame=MAX_FRAME, ports=PORTS,
                                      increment_bits=(WORKERS + 1).bit_length(), bounded_loss=bounded_loss)
         self.records = HeaderRecords(store_entries=2 * SLOTS * PACKETS * WORKERS)
         egress = EgressQueues(width, queues=2, depth_beats=4096 // (width // 8), max_frame=1200)
@@ -112,6 +113,12 @@ def builders(fabric, frames, rng):
     return data, ack
 
 
+def fabric_of(**options):
+    """The tests' fabric: ``WORKERS`` workers on ``PORTS`` ports, ``SLOTS`` message slots, the monitor's
+    ``MAX_FRAME``."""
+    return Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, max_frame=MAX_FRAME, **options)
+
+
 def corrupted(frame):
     """``frame`` with its ICRC wrong."""
     return frame[:-1] + bytes([frame[-1] ^ 1])
@@ -123,7 +130,7 @@ NOT_ROCE = bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + bytes(46)
 def scenario():
     """``(port, frame)`` of each frame, and the fabric (a bounded-loss job ``JOB`` and a reliable job
     ``RELIABLE`` of 3 workers each; host h on port h mod 2)."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
+    fabric = fabric_of(deadline=1 << 30, reliable_too=True)
     frames = []
     data, ack = builders(fabric, frames, np.random.default_rng(3))
 
@@ -147,6 +154,9 @@ def scenario():
     frames.append((0, fabric.request(1, 0)[:50]))       # cut short of its control message: refused
     port, frame = frames[0]
     frames.append((port, corrupted(frame)))     # a bad ICRC
+    for job in (JOB, RELIABLE):                 # longer than max_frame, its ICRC wrong too: oversize all the same
+        data(2, 1, 1, job=job, n=300)
+        frames[-1] = (frames[-1][0], corrupted(frames[-1][1]))
     frames.append((0, NOT_ROCE))
     conn = fabric.conns[RELIABLE, 0]
     for psn in (7, 8, 9):                       # RoCE of no connection, one payload beat each: forwarded
@@ -351,14 +361,14 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
     # the scenario reaches every outcome it was written for
     assert {"aggregated", "duplicates_answered", "duplicates_dropped", "passthrough_gap", "drop_bad_header",
             "drop_spoofed", "credit_requests", "result_requests", "results_resent", "result_requests_refused",
-            "drop_bad_icrc", "forwarded"} <= \
+            "drop_bad_icrc", "drop_oversize", "forwarded"} <= \
         {name for name, value in model.items() if value}
 
 
 def test_a_receiver_has_each_result_again_at_most_result_resends_times():
     """RESULT_REQUESTs past ``RESULT_RESENDS`` for one message and receiver are refused (counted); the count
     starts again with the next message in the slot, and another receiver's resends are its own."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30)
+    fabric = fabric_of(deadline=1 << 30)
     frames = []
     data, _ = builders(fabric, frames, np.random.default_rng(5))
     for seq in range(SLOTS + 1):                # message SLOTS takes message 0's slot
@@ -375,7 +385,7 @@ def test_a_monitor_without_the_bounded_loss_class_decides_as_the_model_does():
     """Built without the class (its states and their logic left out), the monitor decides every frame of the
     reliable class as the model of a switch without it does; a RESULT_REQUEST, which only a bounded-loss job
     has, is dropped as a stray control frame."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, reliable_too=True, bounded_loss=False)
+    fabric = fabric_of(reliable_too=True, bounded_loss=False)
     frames = []
     data, ack = builders(fabric, frames, np.random.default_rng(11))
     for w in range(WORKERS):                    # a message, complete: results
@@ -397,7 +407,7 @@ def test_a_monitor_without_the_bounded_loss_class_decides_as_the_model_does():
 def back_to_back_acks():
     """The reliable job's messages acknowledged by ACKs back to back, no idle clock between frames: the fabric,
     ``(port, frame)`` of each frame, and the indexes of the runs of ACKs that must each take one clock."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
+    fabric = fabric_of(deadline=1 << 30, reliable_too=True)
     frames = []
     data, ack = builders(fabric, frames, np.random.default_rng(8))
 
@@ -476,7 +486,7 @@ def back_to_back_contributions():
     of MTU ``LONG_MTU``), ``(port, frame)`` of each frame, and for the contributions whose clocks are checked,
     their index: their payload's bytes and the clocks they take after their decision (``LOSSY``) before the
     next header is taken in the clock after."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU)
+    fabric = fabric_of(deadline=1 << 30, mtu=LONG_MTU)
     frames, timed = [], {}
     data, _ = builders(fabric, frames, np.random.default_rng(9))
 
@@ -530,7 +540,7 @@ def test_frames_of_no_connection_back_to_back_after_a_stall():
     descriptor until the monitor's queue is full and the parser's buffers behind it too, then the RoCE frames
     of no connection (each its own PSN and QP, one payload beat) go through back to back: each one's header
     record goes on as the model's frame out."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, reliable_too=True)
+    fabric = fabric_of(deadline=1 << 30, reliable_too=True)
     conn = fabric.conns[RELIABLE, 0]
     frames = [(p % PORTS, build_ack(100 + p, 1, eth_src=conn.responder_mac, eth_dst=conn.requester_mac,
                                     src_ip=conn.responder_ip, dst_ip=conn.requester_ip, dest_qp=0x10000 + p))
@@ -577,7 +587,7 @@ def test_a_job_restarted_while_a_contribution_is_decided(width, ahead):
     contributions fill the message again afresh, as in the model with the jobs restarted between the frames.
     (At 512 bits the message is read while the payload streams: a restart that applied there would leave the
     frame's read of its message stale; at 64 bits one in LOSSY_READ would.)"""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU)
+    fabric = fabric_of(deadline=1 << 30, mtu=LONG_MTU)
     frames = []
     data, _ = builders(fabric, frames, np.random.default_rng(10))
     for w in (0, 1, 2, 0, 1, 2):
@@ -596,7 +606,7 @@ def test_connections_restarted_while_a_contribution_is_decided(ahead):
     its first message streams: they restart after it, so that the same contributions, at their connections'
     first PSNs again, are in sequence and complete the message afresh (a connection that restarted before the
     commit of its frame would take them as retransmissions)."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU, reliable_too=True)
+    fabric = fabric_of(deadline=1 << 30, mtu=LONG_MTU, reliable_too=True)
     frames = []
     data, _ = builders(fabric, frames, np.random.default_rng(11))
     for w in (0, 1, 2, 0, 1, 2):
@@ -616,7 +626,7 @@ def lossy_traffic_and_a_restart(draw, width):
     window, of the message's length and not, RESULT_REQUESTs, frames of no connection, a bad ICRC), and
     the frame in whose payload the job's enable is written (one of two payload beats or more, so that the
     monitor holds it) with the clocks from its first payload beat: ``(fabric, frames, index, clocks)``."""
-    fabric = Fabric(workers=WORKERS, ports=PORTS, slots=SLOTS, deadline=1 << 30, mtu=LONG_MTU)
+    fabric = fabric_of(deadline=1 << 30, mtu=LONG_MTU)
     frames = []
     data, _ = builders(fabric, frames, np.random.default_rng(draw(st.integers(0, 2**16))))
     seqs = st.sampled_from([0, 1, 2, 3, 4, (1 << 32) - 1])

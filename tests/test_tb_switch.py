@@ -203,11 +203,27 @@ def test_two_ports_faults_64(tmp_path):
 def test_ports_narrower_than_the_core_faults(tmp_path, build, seed):
     """Hosts on every port of a core wider than its ports (``hw.gearbox``: each port's frames widened and held
     whole, taken oldest first): four 64-bit ports into the 512-bit core, two into the 256-bit core, two 512-bit
-    ports into the 1,024-bit core. The model's frames and counters, frame for frame, through faults."""
+    ports into the 1,024-bit core. The model's frames and counters, frame for frame, through faults; and
+    oversize frames from a host on port 0, UDP and RoCE with a wrong ICRC, longer than ``max_frame`` (the core
+    drops them) and longer than the port's buffer (the port drops them unread): each counted ``drop_oversize``,
+    as the model does whatever the checksums."""
     ports, port_width = SWITCH_BUILDS[build]["ports"], SWITCH_BUILDS[build]["port_width"]
+    switch = switch_of(build)
+    switch._MustUse__silence = True             # described, not built
+    port_buffer = switch.whole_frames_beats * switch.width // 8
+    stranger = dict(src_ip="10.9.9.9", dst_ip="10.9.9.8", eth_dst=0x02_00_00_00_0F_0F, dest_qp=0x123)
+    oversize = [build_roce_frame(0x04, bytes(length), dport=9, **stranger)
+                for length in (switch.max_frame + 100, port_buffer + 100)]
+    oversize += [build_roce_frame(0x04, bytes(length), psn=7, icrc=0xDEADBEEF, **stranger)
+                 for length in (switch.max_frame + 100, port_buffer + 100)]
+
+    def setup(network):
+        for frame in oversize:
+            network.engine.inject(0, frame, 0)
     scenario = record(workers=4, jobs=2, ports=ports, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
-                      seed=seed, width=port_width)
+                      seed=seed, width=port_width, setup=setup)
     assert scenario["status"] == "done"
+    assert scenario["counters"]["drop_oversize"] == len(oversize)
     assert {port for port, _ in scenario["inputs"]} == set(range(ports))
     replay(tmp_path, scenario, build, idle=0.1, backpressure=0.2, seed=seed)
 

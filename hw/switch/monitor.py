@@ -940,10 +940,10 @@ class StatusMonitor(wiring.Component):
         with m.Elif(settled.managing):
             m.d.comb += drop_reason.eq(Mux(settled.oversize, R["drop_oversize"],
                                            Mux(settled.management_ok, R["management_requests"], R["management_bad"])))
-        with m.Elif(settled.bad):
-            m.d.comb += drop_reason.eq(Mux(settled.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
         with m.Elif(settled.oversize):
             m.d.comb += drop_reason.eq(R["drop_oversize"])
+        with m.Elif(settled.bad):
+            m.d.comb += drop_reason.eq(Mux(settled.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
         with m.Else():
             m.d.comb += drop_reason.eq(Array(settled.reasons[i * reason_bits:(i + 1) * reason_bits]
                                              for i in range(4))[settled.facts])
@@ -1105,10 +1105,10 @@ class StatusMonitor(wiring.Component):
                     new_descriptor.template.eq(template)]
 
         # the decision of a contribution (LOSSY), in the model's order of checks
-        with m.If(last_facts.bad):
-            m.d.comb += lossy_reason.eq(Mux(last_facts.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
-        with m.Elif(last_facts.oversize):
+        with m.If(last_facts.oversize):
             m.d.comb += lossy_reason.eq(R["drop_oversize"])
+        with m.Elif(last_facts.bad):
+            m.d.comb += lossy_reason.eq(Mux(last_facts.icrc_ok, R["drop_bad_checksum"], R["drop_bad_icrc"]))
         with m.Elif(~last_facts.agg_ok):
             m.d.comb += lossy_reason.eq(R["drop_bad_header"])
         with m.Elif(probe.held & probe.bit):
