@@ -15,13 +15,14 @@ gives (a core beat at most every clock).
 beat is in, and then at one beat per clock while ``o.ready`` is high, so whoever takes it never waits on
 the port in the middle of a frame. ``i.ready`` is low while the buffer is full of frames waiting to leave.
 A frame longer than the buffer cannot be whole in it: when the buffer is full and holds no whole frame,
-its head frame is dropped (``dropped`` high for a clock): the rest of it is taken at a beat a clock and
-thrown away, and its beats in the buffer are read out and thrown away at a beat a clock, none on ``o``;
-the frames behind it are written as they come. So the port never stalls for good, and whoever takes
-``o`` never waits on a port's line rate (the switch's buffer is at least twice its longest frame, so such
-a frame is one it would drop as oversize). With ``stamp_bits``, each frame is stamped with ``now`` (a clock
-count of that many bits, from the parent) in the clock its last beat goes in, and ``head_stamp`` gives the
-stamp of the frame on ``o``: ``hw.ports.FrameArbiter`` then takes the ports' frames oldest first.
+its head frame is cut short there (``truncated`` high for a clock): what the buffer holds of it is a whole
+frame, its last beat marked ``last`` on ``o``, and the rest of it is taken at a beat a clock and thrown away.
+So the port never stalls, and whoever takes ``o`` never waits on a port's line rate. The switch's buffer
+holds two longest frames, so a frame cut short there is one the switch drops as oversize, or one whose
+bytes past the buffer are Ethernet padding the parser ignores (docs/ARCHITECTURE.md, "Ports narrower than
+the core"). With ``stamp_bits``, each frame is stamped with ``now`` (a clock count of that many bits, from
+the parent) in the clock its last beat goes in (or it is cut short), and ``head_stamp`` gives the stamp of
+the frame on ``o``: ``hw.ports.FrameArbiter`` then takes the ports' frames oldest first.
 
 ``NarrowBeats(wide, narrow)``: a frame stream of ``wide`` bits into one of ``narrow`` bits: each core beat
 as the port beats that hold its kept bytes (``keep`` is contiguous from lane 0; a beat with no byte kept
@@ -99,40 +100,44 @@ class WholeFrames(wiring.Component):
         self.depth_beats = check_int(depth_beats, "depth_beats", 2, 1 << 16)
         self.stamp_bits = check_int(stamp_bits, "stamp_bits", 0, 32)
         super().__init__({
-            "i": In(frame_stream(width)), "o": Out(frame_stream(width)), "dropped": Out(1),
+            "i": In(frame_stream(width)), "o": Out(frame_stream(width)), "truncated": Out(1),
             **({"now": In(stamp_bits), "head_stamp": Out(stamp_bits)} if stamp_bits else {}),
         })
 
     def elaborate(self, platform):
         m = Module()
         Beat = self.i.payload.shape()
-        m.submodules.store = store = SyncFIFOBuffered(width=Beat.size, depth=self.depth_beats)
-        whole = Signal(range(self.depth_beats + 1))    # frames whose last beat is in the buffer
-        discarding = Signal()       # the rest of a frame longer than the buffer: taken and thrown away
-        unread = Signal(range(self.depth_beats + 1))   # that frame's beats in the buffer, read out and thrown away
+        depth = self.depth_beats
+        m.submodules.store = store = SyncFIFOBuffered(width=Beat.size, depth=depth)
+        whole = Signal(range(depth + 1))            # frames whose last beat is in the buffer (or cut short)
+        discarding = Signal()       # the rest of a frame cut short: taken and thrown away
+        short_left = Signal(range(depth + 1))       # the beats of the frame cut short still to leave
+        # the buffer full of one frame that is not whole: it is cut short here
+        cutting = (store.level == depth) & (whole == 0)
         head = data.View(Beat, store.r_data)
         taken = self.i.valid & self.i.ready
-        arrived = taken & self.i.payload.last & ~discarding
-        left = self.o.valid & self.o.ready & head.last
-        m.d.comb += [store.w_en.eq(self.i.valid & ~discarding), store.w_data.eq(self.i.payload),
-                     self.i.ready.eq(store.w_rdy | discarding),
-                     self.o.valid.eq(store.r_rdy & (whole != 0) & (unread == 0)), self.o.payload.eq(head),
-                     store.r_en.eq((self.o.ready & self.o.valid) | (unread != 0))]
-        m.d.sync += whole.eq(whole + arrived - left)
-        full_of_one = ~store.w_rdy & (whole == 0) & (unread == 0)
-        m.d.comb += self.dropped.eq(full_of_one)
-        with m.If(full_of_one):
-            m.d.sync += [discarding.eq(1), unread.eq(self.depth_beats)]
+        writing = self.i.valid & ~discarding & ~cutting
+        arrived = writing & store.w_rdy & self.i.payload.last
+        out_last = head.last | (short_left == 1)     # (a frame cut short: its last stored beat)
+        left = self.o.valid & self.o.ready & out_last
+        m.d.comb += [store.w_en.eq(writing), store.w_data.eq(self.i.payload),
+                     self.i.ready.eq(store.w_rdy | discarding | cutting),
+                     self.o.valid.eq(store.r_rdy & (whole != 0)), self.o.payload.eq(head),
+                     self.o.payload.last.eq(out_last), store.r_en.eq(self.o.ready & self.o.valid),
+                     self.truncated.eq(cutting)]
+        m.d.sync += whole.eq(whole + arrived + cutting - left)
+        with m.If(cutting):
+            m.d.sync += [discarding.eq(~(taken & self.i.payload.last)), short_left.eq(depth)]
         with m.Else():
             with m.If(discarding & taken & self.i.payload.last):
                 m.d.sync += discarding.eq(0)
-            with m.If((unread != 0) & store.r_rdy):
-                m.d.sync += unread.eq(unread - 1)
+            with m.If((short_left != 0) & self.o.valid & self.o.ready):
+                m.d.sync += short_left.eq(short_left - 1)
         if self.stamp_bits:     # a stamp per whole frame, in frame order
             # (read as the clock after its write, as `whole` counts the frame: no read latency)
-            m.submodules.stamps = stamps = SyncFIFO(width=self.stamp_bits, depth=self.depth_beats)
-            m.d.comb += [stamps.w_en.eq(arrived), stamps.w_data.eq(self.now), stamps.r_en.eq(left & stamps.r_rdy),
-                         self.head_stamp.eq(stamps.r_data)]
+            m.submodules.stamps = stamps = SyncFIFO(width=self.stamp_bits, depth=depth)
+            m.d.comb += [stamps.w_en.eq(arrived | cutting), stamps.w_data.eq(self.now),
+                         stamps.r_en.eq(left & stamps.r_rdy), self.head_stamp.eq(stamps.r_data)]
         return m
 
 

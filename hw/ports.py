@@ -14,8 +14,9 @@ first instead of round robin: between frames, of the ports with a valid beat, th
 (the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port; should the
 waiting frames' stamps lie more than half their range apart (a frame waited 2^(stamp_bits - 1) clocks) so
 that none is older than all the others, the lowest port's. That choice is made a clock ahead, into a
-register, from every pair of ports compared side by side: a frame waits at least a clock after it is
-offered, and the next one starts in the clock after a frame's last beat.
+register, from every pair of ports compared side by side, as a frame starts and among the other ports (a
+port's next frame, behind the one being taken, is not yet among them): a frame waits at least a clock
+after it is offered, and the next one starts in the clock after a frame's last beat.
 
 ``FrameRouter(width, ports, beat=None)``: ``i`` to one of ``o[p]``, a whole frame at a time: on a frame's
 first beat the parent's ``destination`` (combinational, from that beat) picks the port, which the rest of

@@ -5,7 +5,7 @@ backpressure out, and come out byte for byte (``collect_frames`` checks that ``k
 bytes past it zero and ``first`` on each frame's first beat). The timing each component promises is checked
 clock by clock: a port beat a clock through ``WidenBeats`` and ``NarrowBeats`` when nothing waits, no frame
 out of ``WholeFrames`` before its last beat is in and none pausing once it has started, and a frame longer
-than the buffer dropped, its beats taken at once, rather than stalled."""
+than the buffer cut short to the buffer's worth, its beats taken at once, rather than stalled."""
 
 import random
 
@@ -100,32 +100,35 @@ def test_whole_frames_leave_only_once_in_and_never_pause(idle, backpressure):
     assert all(o > i for i, o in zip(ins, outs, strict=True))
 
 
+@pytest.mark.parametrize("depth", [2, 3, 8])
 @pytest.mark.parametrize("backpressure", [0.0, 0.3])
-def test_a_frame_longer_than_the_buffer_is_dropped_and_the_port_never_stalls(backpressure):
-    """A frame longer than the buffer (9 beats and more in 8) is dropped whole, ``dropped`` high for one clock
-    each, its beats taken one a clock (the port is never held for it) and none on ``o``; the frames around it,
-    a frame of exactly the buffer among them, go through byte for byte."""
-    width, depth = 64, 8
+def test_a_frame_longer_than_the_buffer_is_cut_short_and_the_port_never_stalls(depth, backpressure):
+    """A frame longer than the buffer leaves as the buffer's worth of it, its last beat marked, ``truncated``
+    high for one clock each; the rest of it is taken a beat a clock from the clock it is cut (the port is
+    never held for it); the frames around it, one of exactly the buffer and 1-beat ones right behind a cut
+    one among them, go through byte for byte."""
+    width = 64
     dut, sim = shared_simulator(("whole", width, depth), lambda: WholeFrames(width, depth))
-    lengths = [8 * 8 * 5, 30, 8 * 8 + 1, 1, 8 * 8, 8 * 8 * 3 + 5, 8 * 8 * 3 + 5, 2]
+    size = 8 * depth
+    lengths = [size * 5, 30, size + 1, 1, size, size * 3 + 5, size * 3 + 5, 2, size + 8, 7]
     frames, out = frames_of(lengths, 4), []
-    kept = [frame for frame in frames if len(frame) <= 8 * depth]
-    drops, held = [], []
+    expected = [frame[:size] for frame in frames]
+    cuts, held = [], []
 
     async def watch(ctx):
-        discarding = False      # inside a frame that was dropped: each of its beats must be taken at once
+        discarding = False      # inside a frame cut short: each of its beats must be taken at once
         while True:
-            _, _, dropped, i_valid, i_ready, i_beat = await ctx.tick().sample(dut.dropped, dut.i.valid, dut.i.ready,
-                                                                              dut.i.payload)
-            drops.extend([1] if dropped else [])
-            if discarding and i_valid and not i_ready:
+            _, _, truncated, i_valid, i_ready, i_beat = await ctx.tick().sample(dut.truncated, dut.i.valid,
+                                                                                dut.i.ready, dut.i.payload)
+            cuts.extend([1] if truncated else [])
+            if (discarding or truncated) and i_valid and not i_ready:
                 held.append(1)
-            discarding = (discarding or dropped) and not (i_valid and i_ready and i_beat.last)
+            discarding = (discarding or truncated) and not (i_valid and i_ready and i_beat.last)
     run(dut, [send_frames(dut.i, frames, width // 8)],
         [collect_frames(dut.o, width // 8, out, backpressure=backpressure), watch],
-        until_idle=lambda: len(out) == len(kept) and len(drops) == len(frames) - len(kept), sim=sim)
-    assert [frame for frame, _ in out] == kept
-    assert len(drops) == len(frames) - len(kept) == 4
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == expected
+    assert len(cuts) == sum(len(frame) > size for frame in frames) >= 5
     assert not held
 
 
@@ -161,30 +164,34 @@ def test_port_widths_are_checked():
 
 
 def test_whole_frames_are_stamped_with_the_clock_they_were_whole():
-    """With ``stamp_bits``: as each frame leaves, ``head_stamp`` is ``now`` of the clock its last beat went in;
-    a frame dropped for being longer than the buffer has no stamp, and the stamps after it stay with their
-    frames."""
+    """With ``stamp_bits``: as each frame leaves, ``head_stamp`` is ``now`` of the clock its last beat went in,
+    or for a frame cut short (longer than the buffer) of the clock it was cut; the stamps after it stay with
+    their frames."""
     width, depth = 64, 64
     dut, sim = shared_simulator(("whole", width, depth, "stamped"), lambda: WholeFrames(width, depth, stamp_bits=16))
     frames, out = frames_of(LENGTHS[:8] + [8 * depth + 100] + LENGTHS[8:], 6), []
-    kept = [frame for frame in frames if len(frame) <= 8 * depth]
     completed, seen = [], []
 
     async def clock(ctx):
-        now, index = 0, 0
+        now, discarding = 0, False
         while True:
             ctx.set(dut.now, now % (1 << 16))
-            _, _, valid, ready, beat, o_valid, o_ready, o_beat, stamp = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.i.payload, dut.o.valid, dut.o.ready, dut.o.payload, dut.head_stamp)
-            if valid and ready and beat.last:
-                if len(frames[index]) <= 8 * depth:
+            _, _, valid, ready, beat, o_valid, o_ready, o_beat, stamp, truncated = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.i.payload, dut.o.valid, dut.o.ready, dut.o.payload, dut.head_stamp,
+                dut.truncated)
+            ends = valid and ready and beat.last
+            if truncated:                       # stamped as it is cut; the rest of it comes to nothing
+                completed.append(now)
+                discarding = not ends
+            elif ends:
+                if not discarding:
                     completed.append(now)
-                index += 1
+                discarding = False
             if o_valid and o_ready and o_beat.first:
                 seen.append(stamp)
             now += 1
     run(dut, [send_frames(dut.i, frames, width // 8, idle=0.3)],
         [collect_frames(dut.o, width // 8, out, backpressure=0.5), clock],
-        until_idle=lambda: len(out) == len(kept), sim=sim)
-    assert [frame for frame, _ in out] == kept
+        until_idle=lambda: len(out) == len(frames), sim=sim)
+    assert [frame for frame, _ in out] == [frame[:8 * depth] for frame in frames]
     assert seen == completed, (seen, completed)

@@ -203,10 +203,11 @@ def test_two_ports_faults_64(tmp_path):
 def test_ports_narrower_than_the_core_faults(tmp_path, build, seed):
     """Hosts on every port of a core wider than its ports (``hw.gearbox``: each port's frames widened and held
     whole, taken oldest first): four 64-bit ports into the 512-bit core, two into the 256-bit core, two 512-bit
-    ports into the 1,024-bit core. The model's frames and counters, frame for frame, through faults; and
-    oversize frames from a host on port 0, UDP and RoCE with a wrong ICRC, longer than ``max_frame`` (the core
-    drops them) and longer than the port's buffer (the port drops them unread): each counted ``drop_oversize``,
-    as the model does whatever the checksums."""
+    ports into the 1,024-bit core. The model's frames and counters, frame for frame, through faults; and from
+    a host on port 0 oversize frames, UDP and RoCE with a wrong ICRC, longer than ``max_frame`` and longer than
+    the port's buffer (cut short there), each counted ``drop_oversize`` as the model does whatever the
+    checksums, and a small RoCE packet whose Ethernet padding takes its frame past the port's buffer (cut
+    short, and forwarded as the model forwards it)."""
     ports, port_width = SWITCH_BUILDS[build]["ports"], SWITCH_BUILDS[build]["port_width"]
     switch = switch_of(build)
     switch._MustUse__silence = True             # described, not built
@@ -217,13 +218,18 @@ def test_ports_narrower_than_the_core_faults(tmp_path, build, seed):
     oversize += [build_roce_frame(0x04, bytes(length), psn=7, icrc=0xDEADBEEF, **stranger)
                  for length in (switch.max_frame + 100, port_buffer + 100)]
 
+    packet = build_roce_frame(0x04, bytes(100), psn=8, **stranger)
+    padded = packet + bytes(port_buffer + 100 - len(packet))
+
     def setup(network):
-        for frame in oversize:
+        for frame in [*oversize, padded]:
             network.engine.inject(0, frame, 0)
     scenario = record(workers=4, jobs=2, ports=ports, nbytes=9000, mtu=1024, faults_up=FAULTS, faults_down=FAULTS,
                       seed=seed, width=port_width, setup=setup)
     assert scenario["status"] == "done"
     assert scenario["counters"]["drop_oversize"] == len(oversize)
+    assert [[out for _, out in produced] for (_, frame), produced in zip(scenario["inputs"], scenario["outputs"],
+                                                                          strict=True) if frame == padded] == [[packet]]
     assert {port for port, _ in scenario["inputs"]} == set(range(ports))
     replay(tmp_path, scenario, build, idle=0.1, backpressure=0.2, seed=seed)
 

@@ -4,8 +4,8 @@ The behaviour is the contract of docs/ARCHITECTURE.md ("Aggregation (the NetRedu
 the golden model ``netreduce.sim.switch_model`` is written too. The stages:
 
 1. *in*: ``hw.ports.FrameArbiter`` takes whole frames from the ``ports`` input ports (round robin; oldest first
-   from ports narrower than the core, each frame held whole by ``hw.gearbox.WholeFrames``, which drops one
-   longer than its buffer and the top counts it as ``frames_in`` and ``drop_oversize``) into the
+   from ports narrower than the core, each frame held whole by ``hw.gearbox.WholeFrames``, which cuts one
+   longer than its buffer short there) into the
    one pipeline (one beat per clock in all: each port alone runs at line rate, all of them together
    share one port's worth; docs "Open items"); ``hw.parser.RoceParser`` gives each frame's header record,
    then its payload stream with the verdicts; ``records.HeaderRecords`` holds each record until its frame is
@@ -202,8 +202,7 @@ class NetReduceSwitch(wiring.Component):
         m = Module()
         W, N, J, S = self.width, self.workers, self.jobs, self.slots
         narrow = self.port_ratio > 1
-        # (a counter adds up to N in a clock, or the monitor's frame and every narrower port's drop)
-        increment_bits = max((N + 1).bit_length(), (1 + self.ports).bit_length() if narrow else 0)
+        increment_bits = (N + 1).bit_length()
         # each port's egress stage (MLT's queues), whose configuration and status the registers hold
         egress = [EgressQueues(W, weighted=self.egress_weighted, **self.egress_geometry) for _ in range(self.ports)]
 
@@ -227,7 +226,6 @@ class NetReduceSwitch(wiring.Component):
             m.d.comb += [regs.ethernet_status[p].eq(self.ethernet_status[p]) for p in range(self.ports)]
 
         # --- in: the ports' whole frames, round robin, into the parser; each header's connection match ----------
-        port_drops = []     # (a narrower port's frame longer than its buffer, dropped there: oversize)
         m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports, stamp_bits=STAMP_BITS if narrow else 0)
         if narrow:      # the clock count that stamps each whole frame, for the arbiter's oldest first
             now = Signal(STAMP_BITS)
@@ -243,7 +241,6 @@ class NetReduceSwitch(wiring.Component):
                 wiring.connect(m, widen.o, whole.i)
                 wiring.connect(m, whole.o, arbiter.i[p])
                 m.d.comb += [whole.now.eq(now), arbiter.stamp[p].eq(whole.head_stamp)]
-                port_drops.append(whole.dropped)
         m.submodules.parser = parser = RoceParser(W, ipv6=self.ipv6)
         wiring.connect(m, arbiter.o, parser.i)
         # every header record waits in ``records`` for its frame's fate; the match, and from it the monitor, see
@@ -359,12 +356,9 @@ class NetReduceSwitch(wiring.Component):
             m.d.comb += [regs.egress_status[p][name].eq(getattr(stage, name)) for name in stage.STATUS]
             m.d.comb += stage.counter_read.eq(regs.egress_counter_read)
 
-        # --- the counters: the monitor's, the frames out (of the emitter and the management agent), and the frames
-        # the narrower ports dropped (frames in, and oversize)
+        # --- the counters: the monitor's, and the frames out (of the emitter and the management agent) -----------
         for name in COUNTERS:
-            if name in ("frames_in", "drop_oversize") and port_drops:
-                m.d.comb += regs.increments[name].eq(monitor.increments[name] + sum(port_drops))
-            elif name != "frames_out":
+            if name != "frames_out":
                 m.d.comb += regs.increments[name].eq(monitor.increments[name])
         m.d.comb += regs.increments.frames_out.eq(emitter.frame_out + (agent.sent if self.management else 0))
         return m
