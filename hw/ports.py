@@ -12,7 +12,7 @@ is no such FIFO and ``frame_port`` is never valid (a merge of frame streams need
 ``stamp_bits`` the ports hold whole frames (``hw.gearbox.WholeFrames``) and the arbiter takes them oldest
 first instead of round robin: between frames, of the ports with a valid beat, the one whose ``stamp[p]``
 (the clock the head frame was whole, modulo 2^stamp_bits) is oldest, ties to the lower port; should the
-waiting frames' stamps lie more than half their range apart (a frame waited 2^(stamp_bits - 1) clocks) so
+waiting frames' stamps lie half their range apart or more (a frame waited 2^(stamp_bits - 1) clocks) so
 that none is older than all the others, the lowest port's. That choice is made a clock ahead, into a
 register, from every pair of ports compared side by side, as a frame starts and among the other ports (a
 port's next frame, behind the one being taken, is not yet among them): a frame waits at least a clock
@@ -112,9 +112,9 @@ class FrameArbiter(wiring.Component):
         waits on whether the current frame is being taken, comes in only after: a port wins where it is
         eligible and beats every other eligible port. Port p beats a later port q unless q's frame is older
         (the stamp of p minus q's, modulo, from 1 to under half the range), so of two ports exactly one beats
-        the other, ties to the lower. Stamps of waiting
-        frames lie within half the range of each other unless a frame waited 2^(stamp_bits - 1) clocks; then
-        no port may beat all others, and the lowest eligible port is taken, so the arbiter never stops."""
+        the other, ties to the lower. Stamps of waiting frames lie within half the range of each other unless
+        a frame waited 2^(stamp_bits - 1) clocks; then no port may beat all others, and the lowest eligible
+        port is taken, so the arbiter never stops."""
         P = self.ports
 
         def older(q, p):        # q's head frame older than p's (the ports' stamps alone)

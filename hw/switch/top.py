@@ -201,7 +201,6 @@ class NetReduceSwitch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W, N, J, S = self.width, self.workers, self.jobs, self.slots
-        narrow = self.port_ratio > 1
         increment_bits = (N + 1).bit_length()
         # each port's egress stage (MLT's queues), whose configuration and status the registers hold
         egress = [EgressQueues(W, weighted=self.egress_weighted, **self.egress_geometry) for _ in range(self.ports)]
@@ -226,6 +225,7 @@ class NetReduceSwitch(wiring.Component):
             m.d.comb += [regs.ethernet_status[p].eq(self.ethernet_status[p]) for p in range(self.ports)]
 
         # --- in: the ports' whole frames, round robin, into the parser; each header's connection match ----------
+        narrow = self.port_ratio > 1
         m.submodules.arbiter = arbiter = FrameArbiter(W, self.ports, stamp_bits=STAMP_BITS if narrow else 0)
         if narrow:      # the clock count that stamps each whole frame, for the arbiter's oldest first
             now = Signal(STAMP_BITS)
