@@ -1621,7 +1621,10 @@ class StatusMonitor(wiring.Component):
                                  new_descriptor.workers.eq(job_n[release_job]),
                                  new_descriptor.value.eq(oldest + K)]
 
-        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN)
-        with m.If(self.psn_used.valid):
-            write_at(sent, self.psn_used.conn, sent[self.psn_used.conn] + 1)
+        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN; but not over the
+        # connection's restart in the same clock, whose ``sent`` is the fresh sequence's: the result handed over
+        # then read its PSN a clock before, from the sequence before the restart)
+        used = self.psn_used
+        with m.If(used.valid & ~(restarting & restart_connections.bit_select(used.conn, 1))):
+            write_at(sent, used.conn, sent[used.conn] + 1)
         return m
