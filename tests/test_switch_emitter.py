@@ -42,6 +42,9 @@ WRITE_FIRST, WRITE_LAST_WITH_IMMEDIATE, WRITE_ONLY = 0x06, 0x09, 0x0A
 LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]
 
 
+EPOCHS = 0b10_1001          # each connection's sequence of sent PSNs (``sent_epochs``), as the monitor gives them
+
+
 def requester(c):
     # (every other address of words whose sum carries out of 16 bits: a CREDIT's IPv4 checksum folds it)
     ip = f"10.0.1.{c + 1}" if c % 2 == 0 else f"250.{250 + c}.255.{250 - c}"
@@ -252,6 +255,7 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
                 requester_vlan=vlan_word(req["vlan"]), responder_mac=resp["mac"], responder_ip=ip_to_int(resp["ip"]),
                 responder_qpn=resp["qpn"], responder_rkey=resp["rkey"]))
             ctx.set(e.sent[c], s.sent_at_start[c])
+        ctx.set(e.sent_epochs, EPOCHS)
         await ctx.tick()                    # the control frames' checksums are registered
         await send_records(e.descriptors, [e.Descriptor.const(d) for d in s.descriptors], idle=idle, seed=seed)(ctx)
 
@@ -259,8 +263,10 @@ def run_scenario(width, *, seed, idle, backpressure, s=None, beat_clocks=None, *
 
     async def own_the_sent_psns(ctx):
         """The owner of the connections' sent PSNs (the monitor): one more for each PSN the emitter uses."""
-        async for _, _, valid, conn in ctx.tick().sample(e.psn_used.valid, e.psn_used.conn):
+        async for _, _, valid, conn, epoch in ctx.tick().sample(e.psn_used.valid, e.psn_used.conn,
+                                                                e.psn_used.epoch):
             if valid:
+                assert epoch == EPOCHS >> conn & 1, "a PSN used without the epoch it was read in"
                 psn_used.append(conn)
                 ctx.set(e.sent[conn], (ctx.get(e.sent[conn]) + 1) % (1 << 24))
 

@@ -620,48 +620,52 @@ def test_connections_restarted_while_a_contribution_is_decided(ahead):
         {"aggregated": 7, "duplicates_answered": 0, "duplicates_dropped": 0}
 
 
-@pytest.mark.parametrize("after", [-1, 0, 1])
-def test_a_connection_restarted_beside_a_result_handed_over(after):
+@pytest.mark.parametrize("read, stall", [(-1, 1), (0, 1), (0, 2), (-1, 6), (1, 1), (1, 4)])
+def test_a_connection_restarted_beside_a_result_handed_over(read, stall):
     """A bounded-loss connection's newest result PSN (``sent``) moves on by one for each result the emitter
     hands over (``psn_used``), and its enable, written, restarts it at ``start_psn - 1`` in the clock after the
-    monitor sees the enable. A result handed over ``after`` clocks from the restart read its PSN a clock before,
-    so one handed over before or in the restart's clock took the sequence's before it, and ``sent`` is
-    ``start_psn - 1`` then; one after it took the fresh sequence's first PSN, ``start_psn``."""
+    monitor sees the enable. The emitter reads a result's PSN (``sent + 1``, with the connection's
+    ``sent_epochs`` bit) ``stall`` clocks or more before it hands the result over; here it reads ``read``
+    clocks from the restart's clock. A result read in the restart's clock or before took the sequence's
+    before it (as the model numbers it, at its message's completion), so ``sent`` is ``start_psn - 1`` after
+    it, wherever its hand-over falls; one read after it took the fresh sequence's first PSN, ``start_psn``."""
     fabric = fabric_of(deadline=1 << 30)
     bench, sim = shared_simulator(("monitor", 64, MTU, True), lambda: MonitorBench(64, MTU, True))
     monitor, regs = bench.monitor, bench.registers
     c, start = 1, fabric.conns[JOB, 1].start_psn           # (worker 1 of the bounded-loss job, job 0)
     results_before = 5
-    sent_after = []
+    outcome = []
 
     async def testbench(ctx):
         await write_registers(ctx, regs.csr, switch_config_writes(fabric.config, WORKERS))
         await ctx.tick().repeat(2)
-        ctx.set(monitor.psn_used, {"valid": 1, "conn": c})
+        ctx.set(monitor.psn_used, {"valid": 1, "conn": c, "epoch": ctx.get(monitor.sent_epochs) >> c & 1})
         await ctx.tick().repeat(results_before)
         ctx.set(monitor.psn_used.valid, 0)
         assert ctx.get(monitor.sent[c]) == start - 1 + results_before
         enable = register_writes("connection", c, enable=1)
         assert len(enable) == 1
-        ctx.set(regs.csr.addr, enable[0][0])
-        ctx.set(regs.csr.wdata, enable[0][1])
-        ctx.set(regs.csr.we, 1)
-        await ctx.tick()
-        ctx.set(regs.csr.we, 0)
-        clocks_to_restart = None
-        for _ in range(12):
-            if clocks_to_restart is None and ctx.get(monitor.connection_enabled):
-                clocks_to_restart = 1
-            ctx.set(monitor.psn_used.valid, clocks_to_restart == -after)
+        await write_registers(ctx, regs.csr, enable)
+        to_restart, psn, epoch, hand_over = None, None, None, None
+        for _ in range(16):
+            if to_restart is None and ctx.get(monitor.connection_enabled):
+                to_restart = 1
+            if to_restart is not None and -to_restart == read:         # the emitter's read (STORE_READ)
+                psn, epoch = ctx.get(monitor.sent[c]) + 1, ctx.get(monitor.sent_epochs) >> c & 1
+                hand_over = stall
+            ctx.set(monitor.psn_used, {"valid": hand_over == 0, "conn": c, "epoch": epoch or 0})
             await ctx.tick()
-            if clocks_to_restart is not None:
-                clocks_to_restart -= 1
-        assert clocks_to_restart is not None and clocks_to_restart < -1, "the enable never reached the monitor"
-        sent_after.append(ctx.get(monitor.sent[c]))
+            if to_restart is not None:
+                to_restart -= 1
+            if hand_over is not None:
+                hand_over -= 1
+        assert to_restart is not None and to_restart < -1 - stall, "the enable never reached the monitor"
+        outcome.append((psn, ctx.get(monitor.sent[c])))
 
     sim.add_testbench(testbench)
     sim.run()
-    assert sent_after == [start - 1 + (after > 0)]
+    fresh = read > 0
+    assert outcome == [(start if fresh else start + results_before, start - 1 + fresh)]
 
 
 @st.composite

@@ -157,8 +157,10 @@ def descriptor_layout(*, workers, jobs, message_slots, slots, frame_beats):
 
 
 def psn_used_layout(connections):
-    """A bounded-loss result took its connection's next PSN (``psn_used``)."""
-    return data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(connections))})
+    """A bounded-loss result took its connection's next PSN (``psn_used``), read with the connection's
+    ``epoch`` (``sent_epochs``: it changes as the connection restarts, so that a PSN read before a restart
+    does not count in the sequence after it)."""
+    return data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(connections)), "epoch": 1})
 
 
 class Emitter(wiring.Component):
@@ -200,6 +202,7 @@ class Emitter(wiring.Component):
             "jobs": In(data.ArrayLayout(JobEntry, jobs)),
             "connection_write": In(block_write_layout(CONNECTION, C)),
             "sent": In(data.ArrayLayout(24, C)),
+            "sent_epochs": In(C),
             "psn_used": Out(psn_used_layout(C)),
             "results_sent": Out(message_strobe_layout(jobs * message_slots)),
             "frame_out": Out(1),
@@ -400,6 +403,7 @@ class Emitter(wiring.Component):
         h_worker = Signal(range(N + 1))
         restoring = Signal(result_connections.Entry, reset_less=True)     # the connection of the header restored ...
         restoring_psn = Signal(24)               # ... and its next PSN toward the responder (a bounded-loss result)
+        restoring_epoch = Signal()               # ... of the connection's sequence then (``psn_used_layout``)
         store_read = Signal()
         m.d.comb += [hs_r.en.eq(store_read),
                      hs_r.addr.eq(h_desc.slot * N + Mux(h_desc.lossy, h_desc.template, h_worker)),
@@ -433,7 +437,8 @@ class Emitter(wiring.Component):
                 # (the worker's connection is registered with the read, on the way into the record; its ``sent``
                 # changes only with a header this sequencer hands over)
                 m.d.comb += store_read.eq(1)
-                m.d.sync += [restoring.eq(result_connections.entry), restoring_psn.eq(sent[c] + 1)]
+                m.d.sync += [restoring.eq(result_connections.entry), restoring_psn.eq(sent[c] + 1),
+                             restoring_epoch.eq(self.sent_epochs.bit_select(c, 1))]
                 m.next = "STORE_HEADER"
             with m.State("STORE_HEADER"):
                 # the worker's stored header, addressed from its requester to its responder (the connection
@@ -450,7 +455,8 @@ class Emitter(wiring.Component):
                                  record.bth_psn.eq(restoring_psn),
                                  record.reth_rkey.eq(restoring.responder_rkey), record.immdt.eq(h_desc.bitmap)]
                     with m.If(h_ready):
-                        m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c)]
+                        m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c),
+                                     self.psn_used.epoch.eq(restoring_epoch)]
                 with m.If(h_ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(h_desc.all & h_more):

@@ -188,6 +188,7 @@ class StatusMonitor(wiring.Component):
             "ring_read": In(self.ring_bits + 1),
             "own_write": In(WritePort.Signature(addr_width=ceil_log2(S * workers), shape=8 * OWN_BYTES)),
             "sent": Out(data.ArrayLayout(24, C)),
+            "sent_epochs": Out(C),
             "psn_used": In(psn_used_layout(C)),
             "results_sent": In(message_strobe_layout(jobs * message_slots)),
             **({"management_request": Out(stream.Signature(ManagementRequest(ports)))}
@@ -242,6 +243,7 @@ class StatusMonitor(wiring.Component):
         conn_valid, start_psn = field(self.connections, C, "valid"), field(self.connections, C, "start_psn")
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
+        sent_epoch = Signal(C)                  # ... of which sequence: each restart of the connection flips it
         next_seq, next_k = registers(C, 32, "next_seq"), registers(C, k_bits, "next_k")
         in_msg, cur_k = registers(C, 1, "in_msg"), registers(C, k_bits, "cur_k")
         cur_first = registers(C, 24, "cur_first")      # the first PSN of the connection's current message
@@ -283,7 +285,8 @@ class StatusMonitor(wiring.Component):
             with m.If(restarting & restart_connections[c]):
                 first_message = job_start_msg[c // N]
                 m.d.sync += [expected[c].eq(start_psn[c]), delivered[c].eq(start_psn[c] - 1),
-                             sent[c].eq(start_psn[c] - 1), next_seq[c].eq(first_message),
+                             sent[c].eq(start_psn[c] - 1), sent_epoch[c].eq(~sent_epoch[c]),
+                             next_seq[c].eq(first_message),
                              next_k[c].eq(first_message[:k_bits]), in_msg[c].eq(0), cur_k[c].eq(0)]
         for j in range(J):
             with m.If(restarting & restart_jobs[j]):
@@ -323,6 +326,7 @@ class StatusMonitor(wiring.Component):
         m.d.sync += ring_free.eq((ring_cursor - self.ring_read)[:ring_bits + 1] < ring_depth - 1)
         own_w = self.own_write
         m.d.comb += [self.sent[c].eq(sent[c]) for c in range(C)]
+        m.d.comb += self.sent_epochs.eq(sent_epoch)
         m.d.comb += unsent.sent.eq(self.results_sent)
 
 
@@ -1621,10 +1625,11 @@ class StatusMonitor(wiring.Component):
                                  new_descriptor.workers.eq(job_n[release_job]),
                                  new_descriptor.value.eq(oldest + K)]
 
-        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN; but not over the
-        # connection's restart in the same clock, whose ``sent`` is the fresh sequence's: the result handed over
-        # then read its PSN a clock before, from the sequence before the restart)
+        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN, where it read it from
+        # the sequence ``sent`` holds: not one read before a restart of the connection (another epoch), nor one
+        # handed over in the clock of a restart, whose ``sent`` is the fresh sequence's)
         used = self.psn_used
-        with m.If(used.valid & ~(restarting & restart_connections.bit_select(used.conn, 1))):
+        with m.If(used.valid & (used.epoch == sent_epoch.bit_select(used.conn, 1))
+                  & ~(restarting & restart_connections.bit_select(used.conn, 1))):
             write_at(sent, used.conn, sent[used.conn] + 1)
         return m

@@ -309,7 +309,8 @@ class NetReduceSwitch(wiring.Component):
         wiring.connect(m, emitter.results, slots.read[0])
         wiring.connect(m, slots.sum_done, emitter.sum_done)
         m.d.comb += [monitor.ring_read.eq(emitter.ring_read), emitter.sent.eq(monitor.sent),
-                     monitor.psn_used.eq(emitter.psn_used), monitor.results_sent.eq(emitter.results_sent),
+                     emitter.sent_epochs.eq(monitor.sent_epochs), monitor.psn_used.eq(emitter.psn_used),
+                     monitor.results_sent.eq(emitter.results_sent),
                      emitter.switch.eq(regs.switch), emitter.jobs.eq(regs.jobs),
                      emitter.connection_write.eq(regs.connection_write)]
         # (whole frames: no pause inside a frame out)
