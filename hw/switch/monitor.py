@@ -45,9 +45,10 @@ worker's bit is clear.
 
 Out of the monitor, in commit order: ``descriptors`` to ``emitter.Emitter``, each frame's ``fates`` (where its
 header record goes: on, into the header store, nowhere) to ``records.HeaderRecords``, ``sum_requests``
-to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) to the emitter,
-which reports back ``results_sent`` (``unsent.UnsentResults``, which holds a message's release until its
-results have left) and ``psn_used``.
+to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) and its epoch
+(``sent_epochs``, flipped at each restart of the connection) to the emitter, which reports back ``results_sent``
+(``unsent.UnsentResults``, which holds a message's release until its results have left) and ``psn_used`` (a
+bounded-loss result's PSN, counted only in the epoch it was read in).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
