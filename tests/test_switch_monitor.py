@@ -36,7 +36,7 @@ from netreduce.host.packets import build_ack
 from netreduce.host.protocol import AggHeader, ip_to_int
 from netreduce.hw.egress import EgressQueues
 from netreduce.hw.parser import RoceParser
-from netreduce.hw.switch.emitter import Emission, StoredHeader, stored_header_fields
+from netreduce.hw.switch.emitter import Emission, Emitter, StoredHeader, stored_header_fields
 from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.monitor import StatusMonitor
 from netreduce.hw.switch.records import HeaderRecords
@@ -623,9 +623,10 @@ def test_connections_restarted_while_a_contribution_is_decided(ahead):
 @pytest.mark.parametrize("read, stall", [(-1, 1), (0, 1), (0, 2), (-1, 6), (1, 1), (1, 4)])
 def test_a_connection_restarted_beside_a_result_handed_over(read, stall):
     """A bounded-loss connection's newest result PSN (``sent``) moves on by one for each result the emitter
-    hands over (``psn_used``), and its enable, written, restarts it at ``start_psn - 1`` in the clock after the
-    monitor sees the enable. The emitter reads a result's PSN (``sent + 1``, with the connection's
-    ``sent_epochs`` bit) ``stall`` clocks or more before it hands the result over; here it reads ``read``
+    hands over (``psn_used``), and its enable, written, restarts it at ``start_psn - 1`` and flips its epoch
+    (``sent_epochs``) in the clock after the monitor sees the enable. The emitter reads a result's PSN (``sent +
+    1``, with the epoch) ``stall`` clocks or more before it hands the result over, and says ``psn_used`` only
+    where the epoch is still the one it read (played here as the emitter plays it); here it reads ``read``
     clocks from the restart's clock. A result read in the restart's clock or before took the sequence's
     before it (as the model numbers it, at its message's completion), so ``sent`` is ``start_psn - 1`` after
     it, wherever its hand-over falls; one read after it took the fresh sequence's first PSN, ``start_psn``."""
@@ -636,10 +637,13 @@ def test_a_connection_restarted_beside_a_result_handed_over(read, stall):
     results_before = 5
     outcome = []
 
+    def epoch_now(ctx):
+        return ctx.get(monitor.sent_epochs) >> c & 1
+
     async def testbench(ctx):
         await write_registers(ctx, regs.csr, switch_config_writes(fabric.config, WORKERS))
         await ctx.tick().repeat(2)
-        ctx.set(monitor.psn_used, {"valid": 1, "conn": c, "epoch": ctx.get(monitor.sent_epochs) >> c & 1})
+        ctx.set(monitor.psn_used, {"valid": 1, "conn": c})
         await ctx.tick().repeat(results_before)
         ctx.set(monitor.psn_used.valid, 0)
         assert ctx.get(monitor.sent[c]) == start - 1 + results_before
@@ -651,9 +655,8 @@ def test_a_connection_restarted_beside_a_result_handed_over(read, stall):
             if to_restart is None and ctx.get(monitor.connection_enabled):
                 to_restart = 1
             if to_restart is not None and -to_restart == read:         # the emitter's read (STORE_READ)
-                psn, epoch = ctx.get(monitor.sent[c]) + 1, ctx.get(monitor.sent_epochs) >> c & 1
-                hand_over = stall
-            ctx.set(monitor.psn_used, {"valid": hand_over == 0, "conn": c, "epoch": epoch or 0})
+                psn, epoch, hand_over = ctx.get(monitor.sent[c]) + 1, epoch_now(ctx), stall
+            ctx.set(monitor.psn_used, {"valid": hand_over == 0 and epoch == epoch_now(ctx), "conn": c})
             await ctx.tick()
             if to_restart is not None:
                 to_restart -= 1
@@ -666,6 +669,75 @@ def test_a_connection_restarted_beside_a_result_handed_over(read, stall):
     sim.run()
     fresh = read > 0
     assert outcome == [(start if fresh else start + results_before, start - 1 + fresh)]
+
+
+class MonitorAndEmitter(Elaboratable):
+    """``MonitorBench`` with the switch's emitter behind the monitor, wired as the top wires them (the
+    connections' ``sent`` PSNs and epochs to the emitter, ``psn_used`` and ``results_sent`` back)."""
+
+    def __init__(self):
+        self.bench = bench = MonitorBench(64, MTU, True)
+        self.emitter = Emitter(width=64, workers=WORKERS, jobs=2, message_slots=SLOTS, slots=bench.monitor.slots,
+                               packet_beats=bench.monitor.packet_beats, max_frame=MAX_FRAME)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bench, m.submodules.emitter = bench, e = self.bench, self.emitter
+        monitor, regs = bench.monitor, bench.registers
+        m.d.comb += [e.sent.eq(monitor.sent), e.sent_epochs.eq(monitor.sent_epochs),
+                     monitor.psn_used.eq(e.psn_used), monitor.results_sent.eq(e.results_sent),
+                     e.jobs.eq(regs.jobs), e.switch.eq(regs.switch), e.connection_write.eq(regs.connection_write),
+                     e.payload.ready.eq(1)]
+        return m
+
+
+@pytest.mark.parametrize("offer, stall", [(-2, 0), (-1, 0), (1, 0), (-6, 10)])
+def test_a_result_read_before_its_connections_restart_keeps_the_sequence_before(offer, stall):
+    """The emitter and the monitor together: three bounded-loss results of a connection (resends, which need
+    no sum), its enable written, a fourth result offered ``offer`` clocks from the write (its header held for
+    ``stall`` clocks from its offer, by the deparser's backpressure) and a fifth long after. A result whose PSN
+    the emitter read before the restart carries the sequence's before it and leaves the fresh sequence to the
+    results after; so the fifth result carries ``start_psn`` when the fourth carried the old sequence's next
+    PSN, and ``start_psn + 1`` when the fourth carried ``start_psn``."""
+    fabric = fabric_of(deadline=1 << 30)
+    c, start = 1, fabric.conns[JOB, 1].start_psn
+    top, sim = shared_simulator("monitor and emitter", MonitorAndEmitter)
+    e, regs = top.emitter, top.bench.registers
+    resend = {"kind": Emission.RESULTS, "slot": 0, "rslot": 0, "index0": 1, "beats": 1, "length": 8, "job": 0,
+              "k": 0, "workers": WORKERS, "worker": c, "all": 0, "lossy": 1, "resend": 1, "bitmap": 0b111,
+              "template": 0}
+    enable_at = 40
+    offers = [0, 8, 16, enable_at + offer, enable_at + 40]
+    psns = []
+
+    async def testbench(ctx):
+        await write_registers(ctx, regs.csr, switch_config_writes(fabric.config, WORKERS))
+        await ctx.tick().repeat(4)
+        ctx.set(e.classes.ready, 1)
+        for clock in range(enable_at + 70):
+            ctx.set(e.hdr.ready, not offers[3] <= clock < offers[3] + stall)
+            if clock in offers:
+                ctx.set(e.descriptors.payload, resend)
+                ctx.set(e.descriptors.valid, 1)
+            if clock == enable_at:
+                (address, word), = register_writes("connection", c, enable=1)
+                ctx.set(regs.csr.addr, address)
+                ctx.set(regs.csr.wdata, word)
+                ctx.set(regs.csr.we, 1)
+            if ctx.get(e.hdr.valid) and ctx.get(e.hdr.ready):
+                psns.append(ctx.get(e.hdr.payload.bth_psn))
+            taken = ctx.get(e.descriptors.valid) and ctx.get(e.descriptors.ready)
+            await ctx.tick()
+            ctx.set(regs.csr.we, 0)
+            if taken:
+                ctx.set(e.descriptors.valid, 0)
+
+    sim.add_testbench(testbench)
+    sim.run()
+    old = start - 1 + 4         # the fourth PSN of the sequence before the restart
+    assert psns[:3] == [start, start + 1, start + 2]
+    assert psns[3:] in ([old, start], [start, start + 1]), psns
+    assert (psns[3] == old) == (offer < 0 or stall > 0), psns
 
 
 @st.composite

@@ -157,10 +157,10 @@ def descriptor_layout(*, workers, jobs, message_slots, slots, frame_beats):
 
 
 def psn_used_layout(connections):
-    """A bounded-loss result took its connection's next PSN (``psn_used``), read with the connection's
-    ``epoch`` (``sent_epochs``: it changes as the connection restarts, so that a PSN read before a restart
-    does not count in the sequence after it)."""
-    return data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(connections)), "epoch": 1})
+    """A bounded-loss result took its connection's next PSN (``psn_used``) in the sequence ``sent`` holds: the
+    emitter says so only where the connection's epoch (``sent_epochs``, which changes as the connection
+    restarts) is the one it read with the PSN, so that a PSN read before a restart does not count after it."""
+    return data.StructLayout({"valid": 1, "conn": max(1, ceil_log2(connections))})
 
 
 class Emitter(wiring.Component):
@@ -455,8 +455,8 @@ class Emitter(wiring.Component):
                                  record.bth_psn.eq(restoring_psn),
                                  record.reth_rkey.eq(restoring.responder_rkey), record.immdt.eq(h_desc.bitmap)]
                     with m.If(h_ready):
-                        m.d.comb += [self.psn_used.valid.eq(1), self.psn_used.conn.eq(c),
-                                     self.psn_used.epoch.eq(restoring_epoch)]
+                        m.d.comb += [self.psn_used.valid.eq(restoring_epoch == self.sent_epochs.bit_select(c, 1)),
+                                     self.psn_used.conn.eq(c)]
                 with m.If(h_ready):
                     m.d.sync += h_worker.eq(h_worker + 1)
                     with m.If(h_desc.all & h_more):

@@ -48,7 +48,7 @@ header record goes: on, into the header store, nowhere) to ``records.HeaderRecor
 to ``hw.slots.SlotMemory``; ``sent`` (each connection's newest result PSN toward its responder) and its epoch
 (``sent_epochs``, flipped at each restart of the connection) to the emitter, which reports back ``results_sent``
 (``unsent.UnsentResults``, which holds a message's release until its results have left) and ``psn_used`` (a
-bounded-loss result's PSN, counted only in the epoch it was read in).
+bounded-loss result's PSN, strobed only in the epoch it was read in).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
@@ -1626,11 +1626,10 @@ class StatusMonitor(wiring.Component):
                                  new_descriptor.workers.eq(job_n[release_job]),
                                  new_descriptor.value.eq(oldest + K)]
 
-        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN, where it read it from
-        # the sequence ``sent`` holds: not one read before a restart of the connection (another epoch), nor one
-        # handed over in the clock of a restart, whose ``sent`` is the fresh sequence's)
+        # (after the monitor's writes: a bounded-loss result takes its connection's next PSN, read in the sequence
+        # ``sent`` holds (the emitter says so only then: ``sent_epochs``), but not in the clock of a restart of the
+        # connection, whose ``sent`` is the fresh sequence's)
         used = self.psn_used
-        with m.If(used.valid & (used.epoch == sent_epoch.bit_select(used.conn, 1))
-                  & ~(restarting & restart_connections.bit_select(used.conn, 1))):
+        with m.If(used.valid & ~(restarting & restart_connections.bit_select(used.conn, 1))):
             write_at(sent, used.conn, sent[used.conn] + 1)
         return m
