@@ -21,7 +21,9 @@ A second scenario acknowledges the reliable job's messages with ACKs back to bac
 checks; at 512 bits, where an ACK is one beat, each run of ACKs must take one clock an ACK. A third sends
 bounded-loss contributions back to back, the same checks; at 512 bits each contribution's clocks after its last
 beat are counted (``test_back_to_back_contributions``). A fourth restarts the bounded-loss job in the clocks
-around a contribution's last beat: the restart applies after that frame.
+around a contribution's last beat: the restart applies after that frame. Last, a bounded-loss connection
+restarted beside results whose PSNs were read before it: they keep the sequence before it (the monitor with
+the emitter's part played, and with the real emitter).
 """
 
 import random

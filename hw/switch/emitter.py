@@ -435,7 +435,8 @@ class Emitter(wiring.Component):
                     take()
             with m.State("STORE_READ"):
                 # (the worker's connection is registered with the read, on the way into the record; its ``sent``
-                # changes only with a header this sequencer hands over)
+                # changes only with a header this sequencer hands over, or with a restart of the connection, which
+                # its epoch, read with it, tells at the hand-over)
                 m.d.comb += store_read.eq(1)
                 m.d.sync += [restoring.eq(result_connections.entry), restoring_psn.eq(sent[c] + 1),
                              restoring_epoch.eq(self.sent_epochs.bit_select(c, 1))]
