@@ -404,3 +404,25 @@ def test_the_harness_drives_each_input_from_a_register_behind_the_chain_and_fold
 
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_a_build_mapped_for_area_gives_abc9_the_switch_clocks_period(tmp_path, monkeypatch):
+    """``--map-for-area``: Yosys runs ``synth_ecp5`` up to its ``map_luts`` step, ABC9 with the switch clock's period
+    (the Versa's 39.0625 MHz: 25,600 ps) as its delay target, then ``synth_ecp5`` from ``map_cells`` on; without it,
+    ``synth_ecp5`` whole."""
+    from netreduce.cli import build_parser
+    build = stand_in_tools(tmp_path, monkeypatch, 40000)
+    scripts = {}
+    for given in ((), ("--map-for-area",)):
+        out = tmp_path / ("area" if given else "delay")
+        args = build_parser().parse_args(["build", "--board", "versa-ecp5", "--loopback", "--out", str(out), *given])
+        assert build.run(args) == 0
+        scripts[bool(given)] = [" ".join(line.split()) for line in (out / "netreduce_versa_ecp5_loopback.ys")
+                                .read_text().splitlines() if line.strip() and not line.startswith("#")]
+    delay, area = scripts[False], scripts[True]
+    assert "synth_ecp5 -top netreduce_versa_ecp5_loopback" in delay and not any("abc9" in line for line in delay)
+    synth = area.index("synth_ecp5 -run :map_luts -top netreduce_versa_ecp5_loopback")
+    assert area[synth + 1:synth + 6] == ["check -latchonly -assert", "techmap -map +/lattice/latches_map.v",
+                                         "abc9 -W 300 -D 25600", "clean",
+                                         "synth_ecp5 -top netreduce_versa_ecp5_loopback -run map_cells:"]
+    assert area[:synth] == delay[:delay.index("synth_ecp5 -top netreduce_versa_ecp5_loopback")]

@@ -30,8 +30,8 @@ from pathlib import Path
 from ..cli import UserError
 from .generate import add_switch_arguments, switch_arguments
 
-__all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaults", "summarize_report",
-           "overfull", "router_diverges", "GaveUp"]
+__all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaults", "area_mapping",
+           "summarize_report", "overfull", "router_diverges", "GaveUp"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
 # LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``)
@@ -94,6 +94,11 @@ def register(subparsers):
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
+    parser.add_argument("--map-for-area", action="store_true",
+                        help="map the LUTs with ABC9 toward the switch clock's period as its delay target (area "
+                             "recovered wherever a path has slack) instead of synth_ecp5's least delay; the target "
+                             "is the whole design's, the faster Ethernet clocks' logic included, and the summary "
+                             "says whether they still meet theirs (docs/ARCHITECTURE.md, \"Boards\")")
     parser.add_argument("--loopback", action="store_true",
                         help="no switch: each port sends back every good frame it receives (to bring up a "
                              "board's Ethernet; the switch options and the manager are not used)")
@@ -104,6 +109,18 @@ def register(subparsers):
     for action in parser._actions:
         if action.dest in boards_own:
             action.default = _Unset(action.default)
+
+
+def area_mapping(name, switch_hz):
+    """Amaranth's overrides of the Yosys script that map the LUTs for area (``--map-for-area``): ``synth_ecp5`` up to
+    its ``map_luts`` step, that step with ABC9 given the switch clock's period as its delay target (``-D``, in ps;
+    without it ABC9 maps for the least delay), then ``synth_ecp5`` from its ``map_cells`` step on. The step's other
+    commands are ``synth_lattice``'s own (``yosys -p "help synth_lattice"``)."""
+    period_ps = round(1e12 / switch_hz)
+    return {"synth_opts": "-run :map_luts",
+            "script_after_synth": "\n".join(("check -latchonly -assert", "techmap -map +/lattice/latches_map.v",
+                                             f"abc9 -W 300 -D {period_ps}", "clean",
+                                             f"synth_ecp5 -top {name} -run map_cells:"))}
 
 
 def board_switch_defaults(args):
@@ -290,7 +307,8 @@ def run(args):
           f"{top.pll.outputs_hz[1] / 1e6:.4g} MHz) ...", flush=True)
     plan = platform.prepare(top, name=name, script_after_read=AFTER_READ,   # netreduce.synth: a Yosys bug
                             nextpnr_opts=f"--report report.json --seed {args.seed[0]} --placer {args.placer} "
-                                         f"--router {args.router} {args.nextpnr_args}".rstrip())
+                                         f"--router {args.router} {args.nextpnr_args}".rstrip(),
+                            **(area_mapping(name, top.pll.outputs_hz[1]) if args.map_for_area else {}))
     out.mkdir(parents=True, exist_ok=True)
     plan.extract(out)
     steps = {"elaboration_s": round(time.monotonic() - started, 1)}
