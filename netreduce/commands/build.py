@@ -95,10 +95,10 @@ def register(subparsers):
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
     parser.add_argument("--map-for-area", action="store_true",
-                        help="map the LUTs with ABC9 toward the switch clock's period as its delay target (area "
-                             "recovered wherever a path has slack) instead of synth_ecp5's least delay; the target "
-                             "is the whole design's, the faster Ethernet clocks' logic included, and the summary "
-                             "says whether they still meet theirs (docs/ARCHITECTURE.md, \"Boards\")")
+                        help="ECP5 boards: map the LUTs with ABC9 toward the switch clock's period as its delay "
+                             "target (area recovered wherever a path has slack) instead of synth_ecp5's least delay; "
+                             "the target is the whole design's, the faster Ethernet clocks' logic included, and the "
+                             "summary says whether they still meet theirs (docs/ARCHITECTURE.md, \"Boards\")")
     parser.add_argument("--loopback", action="store_true",
                         help="no switch: each port sends back every good frame it receives (to bring up a "
                              "board's Ethernet; the switch options and the manager are not used)")
