@@ -47,8 +47,8 @@
   bytes, back-to-back ACKs, the bounded-loss class's all-reduce. Each port's ``line_backlog_bytes`` (max and last):
   how far its line got ahead of what the switch took, the bytes its receive buffer (``receive_buffer_bytes``) would
   hold; a backlog that grows with the run is a line the switch does not keep up with.
-- ACKs on every port (``ports_acks``): for each P of ``ports`` above 1, back-to-back ACKs of the
-  connections into every port at once, each on its responder's port (as ``acks`` above).
+- ACKs on every port (``ports_acks``): for each P of ``ports``, back-to-back ACKs of the connections into
+  every port at once, each on its responder's port (as ``acks`` above; with one port, one after another).
 - Latency: clocks from the last beat of the contribution that fills a slot to the first beat of its first
   result (min, median, max over the run; the median includes queueing behind earlier output).
 - Slot memory: bits per worker per packet slot (bank words, header store entry, its share of the
@@ -224,7 +224,7 @@ def measure(width, workers, nbytes, ports):
     result["ports"] = {count: port_figures(result) if count == 1 else measure_ports(width, workers, nbytes, count)
                        for count in ports}
     result["ports_smallest"] = {count: measure_smallest(width, workers, count) for count in ports if count > 1}
-    result["ports_acks"] = {count: measure_acks(width, workers, count) for count in ports if count > 1}
+    result["ports_acks"] = {count: measure_acks(width, workers, count) for count in ports}
     return result
 
 
