@@ -21,8 +21,10 @@ PROGRESS_SECONDS = 60      # how often a long step says where it is when the out
 # (``router_log_diverges``: ``netreduce build``'s and :func:`synth_ecp5`'s) stops it once the count is
 # DIVERGED_RATIO times its lowest, DIVERGED_ITERATIONS iterations or more after it, or has not gone lower for
 # STALLED_ITERATIONS. Below DIVERGED_FLOOR wires at its lowest the counts wander on their way to 0 (4, 2, 4: a
-# run that routed went 24 iterations without a new lowest), so the watch stops it only once none has been lower
-# for NEAR_STALLED_ITERATIONS (a run that never routed fell to 3 wires and wandered back up past 100 for the 289
+# run that routed went 24 iterations without a new lowest): there the rise that stops it is to DIVERGED_RATIO
+# times DIVERGED_FLOOR (two runs that never routed fell to 59 and 50 wires and climbed past 150 on their way to
+# hundreds and thousands; none of the runs that routed climbed so far after their lowest), and the stall
+# NEAR_STALLED_ITERATIONS (a run that never routed fell to 3 wires and wandered, below 100, for the 289
 # iterations it was watched).
 ROUTER_ITERATION = re.compile(r"\biter=(\d+)\s+wires=\d+\s+overused=(\d+)")
 DIVERGED_FLOOR, DIVERGED_ITERATIONS, DIVERGED_RATIO, STALLED_ITERATIONS = 100, 10, 1.5, 25
@@ -35,9 +37,9 @@ class GaveUp(Exception):
 
 def router_diverges(log_text):
     """Why router2 will not route, from its log so far (``iter=N wires=W overused=K`` lines), or None: its
-    overused wires at their lowest were ``DIVERGED_FLOOR`` or more and, ``DIVERGED_ITERATIONS`` iterations or
-    more later, are ``DIVERGED_RATIO`` times that or more, or none has been lower for ``STALLED_ITERATIONS``;
-    or, their lowest below ``DIVERGED_FLOOR``, none has been lower for ``NEAR_STALLED_ITERATIONS``."""
+    overused wires, ``DIVERGED_ITERATIONS`` iterations or more after their lowest, are ``DIVERGED_RATIO`` times
+    that lowest or more, or times ``DIVERGED_FLOOR`` where the lowest was below it; or none has been lower for
+    ``STALLED_ITERATIONS``, or for ``NEAR_STALLED_ITERATIONS`` where the lowest was below ``DIVERGED_FLOOR``."""
     best = last = None
     for match in ROUTER_ITERATION.finditer(log_text):
         iteration, overused = int(match[1]), int(match[2])
@@ -47,7 +49,7 @@ def router_diverges(log_text):
     if best is None:
         return None
     near = best[1] < DIVERGED_FLOOR
-    if not near and last[0] - best[0] >= DIVERGED_ITERATIONS and last[1] >= DIVERGED_RATIO * best[1]:
+    if last[0] - best[0] >= DIVERGED_ITERATIONS and last[1] >= DIVERGED_RATIO * max(best[1], DIVERGED_FLOOR):
         return (f"router2 does not converge: its overused wires fell to {best[1]:,} at iteration {best[0]} and "
                 f"rose to {last[1]:,} by iteration {last[0]}")
     if last[0] - best[0] >= (NEAR_STALLED_ITERATIONS if near else STALLED_ITERATIONS):

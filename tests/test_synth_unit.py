@@ -165,6 +165,13 @@ CONVERGED = [44580, 25053, 13790, 7957, 4694, 3008, 2058, 1444, 1103, 861, 712, 
              18, 16, 20, 14, 20, 19, 19, 12, 11, 8, 7, 4, 5, 6, 4, 3, 3, 3, 3, 4, 3, 3, 3, 5, 5, 4, 7, 4, 7, 5,
              5, 5, 5, 4, 3, 3, 4, 3, 3, 3, 2, 2, 2, 2, 2, 2, 4, 2, 4, 2, 2, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
              1, 1, 1, 0]
+# and of the ButterStick's default switch mapped for delay with seed 6 (at e1e5e89), which never routed: its lowest, 50
+# wires at the 57th iteration, then up past 150 at the 98th (2,355 by the 121st, where it was stopped by hand)
+CLIMBED = [47241, 27453, 16150, 9983, 6480, 4544, 3381, 2412, 1833, 1443, 1108, 861, 700, 604, 513, 462, 424, 369,
+           316, 307, 262, 223, 212, 196, 190, 180, 174, 145, 150, 155, 135, 135, 127, 136, 124, 133, 128, 111, 112,
+           111, 89, 79, 81, 103, 100, 93, 99, 81, 70, 70, 67, 81, 77, 56, 55, 58, 50, 53, 59, 71, 72, 79, 85, 79, 88,
+           82, 90, 90, 104, 109, 111, 102, 111, 111, 109, 107, 121, 122, 102, 96, 113, 116, 110, 118, 99, 100, 113,
+           115, 118, 112, 114, 100, 106, 123, 122, 127, 139, 157, 180, 207, 232, 248, 282, 292, 327]
 # and of a ButterStick build that never routed (seed 1, the records' queue of a60ec93): its lowest, 3 wires at
 # the 119th iteration, then wandering back up (past 100 by its 390th, where it was stopped by hand)
 WANDERED = [46499, 27677, 15687, 9278, 5824, 3815, 2679, 2076, 1504, 1291, 1041, 886, 746, 677, 554, 471, 429, 382,
@@ -189,16 +196,20 @@ def router_log(overused):
 def test_a_router_that_diverges_is_told_from_one_that_converges():
     """``router_diverges``: the run that never routed is given up at the first iteration 10 or more after its
     lowest count (597, the 24th) where the count is 1.5 times that (912, the 35th), and not before; a count
-    that stays, 25 iterations after its lowest; a run whose lowest is below 100, 100 iterations after it (not
-    25: the run that routed went 24 without a new lowest); the run that routed never, nor a log with no router
-    iteration."""
+    that stays, 25 iterations after its lowest; a run whose lowest is below 100, once it climbs to 150 (1.5 times
+    100) 10 iterations or more after it, or 100 iterations after it (not 25: the run that routed went 24 without
+    a new lowest); the run that routed never, nor a log with no router iteration."""
     from netreduce.flow import router_diverges
     verdicts = [router_diverges(router_log(DIVERGED[:n])) for n in range(1, len(DIVERGED) + 1)]
     assert verdicts.index(next(v for v in verdicts if v)) == 34
     assert verdicts[34] == "router2 does not converge: its overused wires fell to 597 at iteration 24 and rose to " \
                            "912 by iteration 35"
     assert not any(router_diverges(router_log(CONVERGED[:n])) for n in range(1, len(CONVERGED) + 1))
-    assert router_diverges(router_log([500, 99] + [98] * 10 + [400] * 20)) is None
+    assert router_diverges(router_log([500, 99] + [98] * 10 + [149] * 20)) is None
+    verdicts = [router_diverges(router_log(CLIMBED[:n])) for n in range(1, len(CLIMBED) + 1)]
+    assert verdicts.index(next(v for v in verdicts if v)) == 97
+    assert verdicts[97] == "router2 does not converge: its overused wires fell to 50 at iteration 57 and rose to " \
+                           "157 by iteration 98"
     verdicts = [router_diverges(router_log(WANDERED[:n])) for n in range(1, len(WANDERED) + 1)]
     assert verdicts.index(next(v for v in verdicts if v)) == 218
     assert verdicts[218] == "router2 does not converge: its overused wires fell to 3 at iteration 119 and were " \

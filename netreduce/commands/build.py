@@ -98,8 +98,8 @@ def register(subparsers):
                              "rips up the switch's arcs as fast as it routes them)")
     parser.add_argument("--keep-routing", action="store_true",
                         help=f"let router2 go on when its overused wires stop falling (default: the build stops once "
-                             f"they are {DIVERGED_RATIO} times their lowest, if that was {DIVERGED_FLOOR} or more, "
-                             f"{DIVERGED_ITERATIONS} iterations or more after it, or none has been lower for "
+                             f"they are {DIVERGED_RATIO} times their lowest (or times {DIVERGED_FLOOR}, where that was "
+                             f"below it), {DIVERGED_ITERATIONS} iterations or more after it, or none has been lower for "
                              f"{STALLED_ITERATIONS}, or {NEAR_STALLED_ITERATIONS} below {DIVERGED_FLOOR}: no such run "
                              f"has been seen to route, and it would go on for hours)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
