@@ -97,11 +97,11 @@ def register(subparsers):
                         help="nextpnr's router (default router2: router1, nextpnr's own default for the ECP5, "
                              "rips up the switch's arcs as fast as it routes them)")
     parser.add_argument("--keep-routing", action="store_true",
-                        help=f"let router2 go on when its overused wires stop falling (default: the build stops once "
-                             f"they are {DIVERGED_RATIO} times their lowest (or times {DIVERGED_FLOOR}, where that was "
-                             f"below it), {DIVERGED_ITERATIONS} iterations or more after it, or none has been lower for "
-                             f"{STALLED_ITERATIONS}, or {NEAR_STALLED_ITERATIONS} below {DIVERGED_FLOOR}: no such run "
-                             f"has been seen to route, and it would go on for hours)")
+                        help=f"let router2 go on when its overused wires stop falling (default: the build stops "
+                             f"once they are {DIVERGED_RATIO} times their lowest (or times {DIVERGED_FLOOR}, where "
+                             f"that was below it), {DIVERGED_ITERATIONS} iterations or more after it, or none has "
+                             f"been lower for {STALLED_ITERATIONS}, or {NEAR_STALLED_ITERATIONS} below "
+                             f"{DIVERGED_FLOOR}: no such run has been seen to route, and it would go on for hours)")
     parser.add_argument("--nextpnr-args", default="", metavar="ARGS",
                         help="more options for nextpnr, one string (e.g. \"--router2-heatmap heat\": a path in DIR; "
                              "nextpnr-ecp5 --help lists them)")
