@@ -245,7 +245,13 @@ class HarnessDriver:
             await Timer(round(chunk * self.clock_ns * 1000), unit="ps")
             self.exchange()
 
-    async def settle(self, clocks):
-        """Run ``clocks`` more clocks, then read everything."""
-        await Timer(round(clocks * self.clock_ns * 1000), unit="ps")
-        self.exchange()
+    async def settle(self, clocks, *, chunk=512):
+        """Run ``clocks`` more clocks, ``chunk`` at a time, reading everything between stretches and at the end:
+        a recorder's ring fills in its ``depth`` clocks of output, and then it would hold the device back."""
+        while True:
+            step = min(clocks, chunk)
+            await Timer(round(step * self.clock_ns * 1000), unit="ps")
+            self.exchange()
+            clocks -= step
+            if clocks <= 0:
+                return

@@ -28,7 +28,7 @@ from netreduce.sim.fp import tree_sum
 from netreduce.sim.roce_model import parse_frame
 from netreduce.tb import scenarios
 from netreduce.tb.scenarios import SWITCH_BUILDS, record, record_in_band, switch_of
-from netreduce.wire import RC_WRITE_OPCODES
+from netreduce.wire import MSG_SEQ_MODULUS, RC_WRITE_OPCODES
 
 from references import WRITE_ONLY_IMM, Fabric, elements
 
@@ -90,8 +90,8 @@ def wrong_aggregation_headers(network):
         state = network.engine.model.jobs[1].connections[1]       # the switch's view of the connection
         if state.slot is not None:                                  # in a message: would pass through
             return
-        header = AggHeader(job=0 if wrong == "job" else 1, msg_seq=state.next_seq + (wrong == "message"),
-                           elements=60)
+        header = AggHeader(job=0 if wrong == "job" else 1,
+                           msg_seq=(state.next_seq + (wrong == "message")) % MSG_SEQ_MODULUS, elements=60)
         host.send(build_roce_frame(0x0A, header.pack() + np.full(60, 1e30, np.float32).tobytes(),
                                    reth=(0, 0, 256), eth_src=worker.host.mac, eth_dst=remote.mac,
                                    src_ip=worker.host.ip, dst_ip=remote.ip,
