@@ -23,7 +23,7 @@ PROGRESS_SECONDS = 60      # how often a long step says where it is when the out
 # STALLED_ITERATIONS. Below DIVERGED_FLOOR wires at its lowest the counts wander on their way to 0 (4, 2, 4: a
 # run that routed went 24 iterations without a new lowest): there the rise that stops it is to DIVERGED_RATIO
 # times DIVERGED_FLOOR (two runs that never routed fell to 59 and 50 wires and climbed past 150 on their way to
-# hundreds and thousands; none of the runs that routed climbed so far after their lowest), and the stall
+# hundreds and thousands; none of the five that routed whose logs were kept climbed so after its lowest), and the stall
 # NEAR_STALLED_ITERATIONS (a run that never routed fell to 3 wires and wandered, below 100, for the 289
 # iterations it was watched).
 ROUTER_ITERATION = re.compile(r"\biter=(\d+)\s+wires=\d+\s+overused=(\d+)")
