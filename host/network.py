@@ -125,8 +125,9 @@ class ModelEngine:
         self.clock_ns = _clock(clock_ns)
         self._wake_at = None            # when an _expire is scheduled, if one is
         # with ``record``: (port, frame) in; [(port, frame)] out; how many of those were slot results;
-        # how many frames had come off the switch's egress links when the frame was sent
-        self.inputs, self.outputs, self.results, self.after = [], [], [], []
+        # how many frames had come off the switch's egress links when the frame was sent; and the frames sent
+        # at deadlines, each [(port, frame)] with the number of frames in before it
+        self.inputs, self.outputs, self.results, self.after, self.expired = [], [], [], [], []
 
     @property
     def counters(self):
@@ -168,15 +169,19 @@ class ModelEngine:
         now = self.network.now
         if self._wake_at is not None and self._wake_at <= now:
             self._wake_at = None
-        self._send(self.model.advance(self._clocks(now)), now)
+        produced = self.model.advance(self._clocks(now))
+        if self.record and produced:
+            self.expired.append((len(self.inputs), produced))
+        self._send(produced, now)
         self._schedule()
 
     def recording(self):
         """What the switch testbench replays (``tb/switch_tb.py``): the configuration, the frames in, what
         the model sent for each and how many of those were slot results, how many frames had left the
-        switch before each came, the counters."""
+        switch before each came, what it sent at deadlines (after how many frames in), the counters."""
         return {"config": self.model.config, "inputs": self.inputs, "outputs": self.outputs,
-                "results": self.results, "after": self.after, "counters": dict(self.counters)}
+                "results": self.results, "after": self.after, "expired": self.expired,
+                "counters": dict(self.counters)}
 
 
 def record_frames(config, frames, port=0, ports=None):

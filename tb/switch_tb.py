@@ -40,6 +40,28 @@ from netreduce.wire import UC_WRITE_OPCODES
 _LOSSY_OPCODE = UC_WRITE_OPCODES["ONLY_WITH_IMMEDIATE"]
 
 
+def frames_sent(scenario):
+    """Every frame the recording's model sent, in the order it sent them: the frames sent at a deadline
+    (``expired``) before the frame in that came after them, each frame in's own after it."""
+    expired = collections.defaultdict(list)
+    for inputs_before, produced in scenario.get("expired", ()):
+        expired[inputs_before].extend(produced)
+    for i, produced in enumerate(scenario["outputs"]):
+        yield from expired.pop(i, ())
+        yield from produced
+    for i in sorted(expired):
+        yield from expired[i]
+
+
+def gates_past_droppable(scenario):
+    """The recording's gates (``after``: the frames out before each frame in), counting only the frames out
+    that the egress stage may not drop: not the bounded-loss results."""
+    kept = [0]
+    for _, frame in frames_sent(scenario):
+        kept.append(kept[-1] + (parse_frame(frame).header["bth_opcode"] != _LOSSY_OPCODE))
+    return [kept[needed] for needed in scenario["after"]]
+
+
 class Registers:
     """The switch's control registers through its ``csr`` port, one access a clock."""
 
@@ -354,10 +376,7 @@ async def timed_against_model(dut):
     if params.get("drops"):
         # results the egress stage drops never come out: each frame waits only for the recording's frames
         # out that cannot be dropped (its CREDITs), so that no gate waits for ever
-        droppable = [0]
-        for _, frame in (pair for produced in scenario["outputs"] for pair in produced):
-            droppable.append(droppable[-1] + (parse_frame(frame).header["bth_opcode"] == _LOSSY_OPCODE))
-        gates = [needed - droppable[needed] for needed in gates]
+        gates = gates_past_droppable(scenario)
     replay.queue(gates)
     players = replay.bench.players
     await replay.bench.run(lambda: sum(len(p.stamps) for p in players) == len(inputs),

@@ -511,3 +511,24 @@ def test_bounded_loss_deadline_against_arrivals(tmp_path, build):
         offsets.add(arrivals[at + gap + 1] - arrivals[at])
         at += gap + 2
     assert {deadline - 1, deadline} <= offsets, str(sorted(offsets))
+
+
+def test_gates_count_the_frames_sent_at_deadlines():
+    """A replay whose results the egress stage may drop (``drops``) gates each frame in on the recording's frames out
+    before it that cannot be dropped (``gates_past_droppable``): counted over every frame the model sent, in its
+    order, the bounded-loss results it sent at deadlines included (``expired``: none in ``outputs``), so that a
+    gate past the frames in ``outputs`` still names a count (it raised ``IndexError``)."""
+    from netreduce.host.protocol import ControlMessage, ControlType, build_control_frame
+    from netreduce.tb.switch_tb import frames_sent, gates_past_droppable
+    ips = dict(src_ip="10.0.0.1", dst_ip="10.0.0.2")
+    result = (0, build_roce_frame(0x2B, bytes(64), immdt=1, **ips))      # a bounded-loss result: droppable
+    credit = (0, build_control_frame(ControlMessage(ControlType.CREDIT, 0, 0, 1), src_mac="02:00:00:00:00:aa",
+                                     dst_mac="02:00:00:00:00:bb", **ips))
+    request = (1, build_roce_frame(0x0A, bytes(64), reth=(0, 0, 64), **ips))
+    scenario = {"inputs": [request] * 3, "outputs": [[credit], [], [result, credit]],
+                "expired": [(1, [result, result, credit]), (3, [result])],
+                # frames out before each frame in: none; the first's CREDIT; it and the deadline's three
+                "after": [0, 1, 4]}
+    assert list(frames_sent(scenario)) == [credit, result, result, credit, result, credit, result]
+    assert gates_past_droppable(scenario) == [0, 1, 2]
+    assert gates_past_droppable({**scenario, "after": [0, 1, 7]}) == [0, 1, 3]
