@@ -242,16 +242,19 @@ class HarnessDriver:
                 raise HarnessTimeout(f"not done within {timeout_clocks} clocks: "
                                      f"{[len(r.frames) for r in self.recorders]} frames out by port, "
                                      f"{[p.taken() for p in self.players]} in")
-            await Timer(round(chunk * self.clock_ns * 1000), unit="ps")
-            self.exchange()
+            await self._stretch(chunk)
 
     async def settle(self, clocks, *, chunk=512):
         """Run ``clocks`` more clocks, ``chunk`` at a time, reading everything between stretches and at the end:
         a recorder's ring fills in its ``depth`` clocks of output, and then it would hold the device back."""
         while True:
             step = min(clocks, chunk)
-            await Timer(round(step * self.clock_ns * 1000), unit="ps")
-            self.exchange()
+            await self._stretch(step)
             clocks -= step
             if clocks <= 0:
                 return
+
+    async def _stretch(self, clocks):
+        """Run free for ``clocks`` clocks, then exchange."""
+        await Timer(round(clocks * self.clock_ns * 1000), unit="ps")
+        self.exchange()

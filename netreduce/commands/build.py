@@ -4,7 +4,7 @@ the ``synth`` extra). Leaves in DIR the bitstream (``<name>.bit``, ``.svf``), th
 ``.tim``: nextpnr, with the routed timing), nextpnr's report (``report.json``) and a summary
 (``<name>.summary.json``, also printed): every clock domain's Fmax after routing against its constraint,
 the utilisation, and the time each step took. Exit status 1 if a domain misses its constraint. A design
-larger than the device stops after packing, and a router2 that does not converge (``router_diverges``) is
+larger than the device stops after packing, and a router2 that does not converge (``netreduce.flow.router_diverges``) is
 stopped and placed and routed again with the next seed of ``--seed`` (default 1 2 3), each with a one-line
 error where nothing is left to try.
 
@@ -35,14 +35,13 @@ from ..flow import (
     PROGRESS_SECONDS,
     STALLED_ITERATIONS,
     GaveUp,
-    router_diverges,
     router_log_diverges,
     run_step,
 )
 from .generate import add_switch_arguments, switch_arguments
 
-__all__ = ["register", "run", "run_step", "BOARD_DEFAULTS", "board_switch_defaults", "area_mapping",
-           "summarize_report", "overfull", "router_diverges", "GaveUp"]
+__all__ = ["register", "run", "BOARD_DEFAULTS", "board_switch_defaults", "area_mapping", "summarize_report",
+           "overfull"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
 # LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``)
