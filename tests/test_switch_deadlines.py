@@ -8,9 +8,9 @@ Two kinds of run:
 
 - *any inputs* (random arrivals, takes, message states, deadlines around the stamps, windows and restarts;
   messages open from before the clock's 0, opened near 2^32, and windows anywhere in the 32-bit message
-  space take the differences modulo 2^32): ``expire`` is the component's rule, each job's first due message
-  in its window from its oldest, and of those the one past its deadline the longest at the frontier, the
-  first job on a tie;
+  space take the differences modulo 2^32; a frontier may come before an opening, which is then not due):
+  ``expire`` is the component's rule, each job's first due message in its window from its oldest, and of
+  those the one past its deadline the longest at the frontier, the first job on a tie;
 - *as the monitor opens them* (a job's messages open in its window's order, each at the frontier of its
   clock, complete in any order, the window moving past completed ones; deadlines different from job to
   job): ``expire`` is the golden model's order, the earliest deadline, then the first job, then the first
@@ -94,8 +94,9 @@ def test_due_fresh_and_expire_follow_the_rule(jobs, message_slots, inputs):
             changing, restarting = rng.random() < 0.1, rng.random() < 0.05
             if rng.random() < 0.05:
                 lossy = [int(rng.random() < 0.8) for _ in range(J)]
-            if rng.random() < 0.05:
-                deadline = [rng.randrange(4, 40) for _ in range(J)]
+            if rng.random() < 0.05:     # (in the runs of any inputs, some near the largest, 2^31 - 1)
+                deadline = [rng.randrange(4, 40) if modelled or rng.random() < 0.7 else (1 << 31) - rng.randrange(1, 40)
+                            for _ in range(J)]
             if modelled:
                 jobs_.step(frontier)
             else:
@@ -104,7 +105,9 @@ def test_due_fresh_and_expire_follow_the_rule(jobs, message_slots, inputs):
                 for i in range(M):
                     if rng.random() < 0.1:
                         is_open[i] = int(rng.random() < 0.6)
-                        opened[i] = now - rng.randrange(0, 60)
+                        # (within some clocks of its deadline, whatever the deadline)
+                        opened[i] = now - (rng.randrange(0, 60) if rng.random() < 0.5
+                                           else deadline[i // K] + rng.randrange(-20, 20))
             oldest = jobs_.oldest
             ctx.set(dut.arrival, arrival)
             ctx.set(dut.head.ready, take)
@@ -152,9 +155,10 @@ def test_due_fresh_and_expire_follow_the_rule(jobs, message_slots, inputs):
             checked["fresh"] += fresh_reg
 
             # the edge
-            waited = [(frontier - opened[i]) & MASK for i in range(M)]
-            due_reg = [live[i] & int(waited[i] >= deadline[i // K]) for i in range(M)]
-            overdue_reg = [(waited[i] - deadline[i // K]) & MASK for i in range(M)]
+            # (past its deadline: how long, modulo 2^32, where that is below 2^31; else the deadline is ahead)
+            past = [(frontier - deadline[i // K] - opened[i]) & MASK for i in range(M)]
+            due_reg = [live[i] & int(past[i] < 1 << 31) for i in range(M)]
+            overdue_reg = past
             deadline_reg = list(deadline)
             fresh_reg = int(visible and not take and not changing and not restarting)
             if take and visible:

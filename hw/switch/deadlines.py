@@ -13,7 +13,11 @@ same messages before each frame as the golden model does.
 - ``due[i]``, for message ``i = j K + k`` (``open``: busy and not complete, of a job that is ``lossy``): its
   deadline is at or before the *frontier*, the arrival at the head (while no frame is waiting, ``now`` minus
   ``IDLE_MARGIN``, since a frame that went in since then may not have its stamp at the head yet),
-  registered, and the message still open.
+  registered, and the message still open. Clocks count modulo 2^32, and a deadline ``D`` is below 2^31: the
+  frontier is at or past ``opened + D`` where ``frontier - D - opened`` modulo 2^32 is below 2^31 (a frontier
+  up to 2^31 clocks before the opening, or 2^31 or more past the deadline, is not due; a message stays
+  open far fewer than 2^31 clocks past its deadline, and opens at the arrival of a frame at or before
+  the frontier).
 - ``fresh``: ``due`` was computed from the stamp at the head as it is and from the state as it is: the head was not
   taken a clock ago, the monitor wrote none of the state ``due`` is made of (``changing``: a message opened or
   completed) and no job was restarted (``restarting``) a clock ago. The monitor takes a frame while messages are
@@ -23,8 +27,7 @@ same messages before each frame as the golden model does.
   the order of its window (a frame opens every message up to its own at its arrival, and the monitor takes
   frames in arrival order), so a job's first due message in its window has its earliest deadline: each job's
   first is found, and of those the one that has been due the longest at the frontier (``overdue``,
-  registered with ``due``; with one job there is nothing to compare). Two deadlines are told apart modulo
-  2^32, as the clock counts: a message stays due far fewer than 2^32 clocks.
+  registered with ``due``; with one job there is nothing to compare).
 """
 
 from amaranth.hdl import Array, Module, Mux, Signal
@@ -88,19 +91,24 @@ class Deadlines(wiring.Component):
         idle_frontier = Signal(32, init=-self.IDLE_MARGIN % (1 << 32))
         m.d.sync += idle_frontier.eq(idle_frontier + 1)
         # (from either frontier side by side, the head's or the idle one, chosen last: no multiplexer ahead of
-        # the subtraction)
+        # the subtraction). A message is due where the frontier minus its job's deadline (``limit``, one
+        # subtraction a job) is at or past its opening: that difference, modulo 2^32, below 2^31 (one subtraction a
+        # message, its sign; a deadline is below 2^31 clocks), and it is how long the message has been due
         due = Signal(J * K)
         # how long each message has been due at the frontier (clocks past its deadline), where jobs are compared
         overdue = [Signal(32, name=f"overdue_{i}") for i in range(J * K)] if J > 1 else None
         for j in range(J):
+            limits = [Signal(32, name=f"limit_{name}_{j}") for name in ("head", "idle")]
+            m.d.comb += [limit.eq(frontier - self.deadline[j])
+                         for limit, frontier in zip(limits, (heads.r_data, idle_frontier), strict=True)]
             for k in range(K):
                 i = j * K + k
                 m.d.comb += self.live[i].eq(self.lossy[j] & self.open[i])
-                waited = [(frontier - self.opened[i])[:32] for frontier in (heads.r_data, idle_frontier)]
-                past_head, past_idle = [clocks >= self.deadline[j] for clocks in waited]
+                past = [(limit - self.opened[i])[:32] for limit in limits]
+                past_head, past_idle = [~clocks[31] for clocks in past]
                 m.d.sync += due[i].eq(self.live[i] & Mux(heads.r_rdy, past_head, past_idle))
                 if overdue:
-                    m.d.sync += overdue[i].eq(Mux(heads.r_rdy, waited[0], waited[1]) - self.deadline[j])
+                    m.d.sync += overdue[i].eq(Mux(heads.r_rdy, past[0], past[1]))
         m.d.comb += self.due.eq(due & self.live)
         m.d.sync += self.fresh.eq(heads.r_rdy & ~heads.r_en & ~self.changing & ~self.restarting)
 
