@@ -5,9 +5,9 @@ frame"; ``SwitchModel.receive``) and says what leaves as descriptors, in commit 
 real neighbours (``RoceParser``, ``ConnectionMatch``, ``SwitchRegisters``, configured through the register map
 as the host library does) on a scenario of both traffic classes: complete messages, a retransmission, a gap, a
 bad aggregation header, ACKs that release a message, credit and result requests (from the worker's host and
-from another), a forged frame, a bad ICRC,
-traffic of no connection. Frames are offered with idle clocks, descriptors taken with backpressure. Checked
-against the model fed the same frames:
+from another), a forged frame, a bad ICRC, a bad IPv4 header checksum (a frame of each class), a write out of
+its message's sequence, a bounded-loss frame of another opcode, traffic of no connection. Frames are offered
+with idle clocks, descriptors taken with backpressure. Checked against the model fed the same frames:
 
 - every counter but ``frames_out`` (which the emitter counts): the reason each frame was counted under;
 - the frames the descriptors stand for, in order, by kind (a frame that goes on, a sum to a receiver, a
@@ -46,7 +46,7 @@ from netreduce.hw.switch.registers import SwitchRegisters
 from netreduce.registers import COUNTERS, register_writes, switch_config_writes
 from netreduce.sim.amaranth_streams import collect_records, run, send_frames, send_records, shared_simulator
 from netreduce.sim.roce_model import parse_frame
-from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, RESULT_RESENDS, ControlType
+from netreduce.wire import AGG_HEADER_BYTES, CONTROL_PORT, ETH_MIN_FRAME, RC_WRITE_OPCODES, RESULT_RESENDS, ControlType
 
 from references import JOB, RC_WRITE_ONLY, SWITCH_IP, Fabric, elements, write_registers
 
@@ -126,6 +126,18 @@ def corrupted(frame):
     return frame[:-1] + bytes([frame[-1] ^ 1])
 
 
+def bad_checksum(frame):
+    """``frame`` (IPv4, tagged or not) with its IPv4 header checksum wrong and its ICRC still right (the ICRC
+    masks the checksum with ones)."""
+    ip = 18 if frame[12:14] == b"\x81\x00" else 14
+    assert frame[ip - 2:ip] == b"\x08\x00"
+    at = ip + 10                                # the header checksum's first byte
+    bad = frame[:at] + bytes([frame[at] ^ 1]) + frame[at + 1:]
+    verdict = parse_frame(bad).verdict
+    assert verdict["icrc_ok"] and not verdict["ipv4_csum_ok"]
+    return bad
+
+
 NOT_ROCE = bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + bytes(46)
 
 
@@ -156,6 +168,18 @@ def scenario():
     frames.append((0, fabric.request(1, 0)[:50]))       # cut short of its control message: refused
     port, frame = frames[0]
     frames.append((port, corrupted(frame)))     # a bad ICRC
+    # the IPv4 header checksum wrong, the ICRC right: dropped (drop_bad_checksum), worker 0's next message of the
+    # reliable job (in sequence, decided as a frame of its connection), and worker 0's and 2's of the bounded-loss
+    # job (in LOSSY: two, against its one bad ICRC above, so that the two reasons swapped would not count the same)
+    for job, w in ((RELIABLE, 0), (JOB, 0), (JOB, 2)):
+        data(w, 1, 1, job=job)
+        frames[-1] = (frames[-1][0], bad_checksum(frames[-1][1]))
+    # worker 1's next PSN, but a MIDDLE with no FIRST before it: out of its message's sequence, goes on
+    # (passthrough_sequence)
+    data(1, 1, 1, opcode=RC_WRITE_OPCODES["MIDDLE"], reth=None)
+    # bound to worker 1's bounded-loss connection, but not a UC WRITE ONLY with immediate (0x2B): goes on
+    # (passthrough_opcode)
+    data(1, 1, 0, job=JOB, opcode=RC_WRITE_ONLY)
     for job in (JOB, RELIABLE):                 # longer than max_frame, its ICRC wrong too: oversize all the same
         data(2, 1, 1, job=job, n=300)
         frames[-1] = (frames[-1][0], corrupted(frames[-1][1]))
@@ -363,8 +387,12 @@ def test_the_monitor_decides_every_frame_as_the_model_does(width):
     # the scenario reaches every outcome it was written for
     assert {"aggregated", "duplicates_answered", "duplicates_dropped", "passthrough_gap", "drop_bad_header",
             "drop_spoofed", "credit_requests", "result_requests", "results_resent", "result_requests_refused",
-            "drop_bad_icrc", "drop_oversize", "forwarded"} <= \
-        {name for name, value in model.items() if value}
+            "drop_bad_icrc", "drop_bad_checksum", "drop_oversize", "forwarded", "passthrough_sequence",
+            "passthrough_opcode"} <= {name for name, value in model.items() if value}
+    # each frame with a bad IPv4 header checksum (its ICRC right) counted as such, the one bad ICRC as that
+    assert {name: model[name] for name in ("drop_bad_checksum", "drop_bad_icrc", "passthrough_sequence",
+                                           "passthrough_opcode")} == \
+        {"drop_bad_checksum": 3, "drop_bad_icrc": 1, "passthrough_sequence": 1, "passthrough_opcode": 1}
 
 
 def test_a_receiver_has_each_result_again_at_most_result_resends_times():
