@@ -508,6 +508,27 @@ def test_back_to_back_acks(width):
             assert clocks == list(range(clocks[0], clocks[0] + len(clocks))), clocks
 
 
+def test_a_release_stops_at_the_first_message_not_yet_acknowledged():
+    """Three messages of the reliable job complete before any is acknowledged: the ACKs of the first release
+    it alone (the second's parts are closed, their last PSNs not yet delivered), then those of the second and
+    of the third release each in turn. The release reads each message's row (its parts' last PSNs) as the
+    job's oldest moves on: a row read a clock late would show the released message's PSNs, all delivered, and
+    release the next message with them."""
+    fabric = fabric_of(deadline=1 << 30, reliable_too=True)
+    frames = []
+    data, ack = builders(fabric, frames, np.random.default_rng(12))
+    for seq in range(3):
+        for w in range(WORKERS):
+            data(w, seq, seq)
+    frames.extend([(0, NOT_ROCE)] * 12)         # (the results leave before their ACKs)
+    for seq in range(3):
+        for w in range(WORKERS):
+            ack(w, seq)
+    model, _ = run_against_model(64, fabric, frames, idle=0.2, backpressure=0.3)
+    assert model["aggregated"] == 3 * WORKERS and model["acks_seen"] == 3 * WORKERS
+    assert model["credits_sent"] == 3 * WORKERS         # a credit to each worker as each message is released
+
+
 LONG_MTU = 256      # room for a bounded-loss contribution of 40 elements: 176 payload bytes, 3 beats at 512 bits
 
 
