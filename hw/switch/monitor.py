@@ -54,7 +54,7 @@ bounded-loss result's PSN, strobed only in the epoch it was read in).
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.memory import WritePort
+from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
@@ -241,6 +241,11 @@ class StatusMonitor(wiring.Component):
             job_lossy = Array(Const(0, 1) for _ in range(J))
         W_lossy = max(1, K // 2)        # a bounded-loss job's window (its other half keeps results for requests)
         job_oldest = registers(J, 32, "job_oldest")
+        # what ``job_oldest`` holds from the next clock (its writes go here), so that memories are read at it a
+        # clock ahead
+        oldest_next = [Signal(32, name=f"job_oldest_next_{j}") for j in range(J)]
+        m.d.comb += [oldest_next[j].eq(job_oldest[j]) for j in range(J)]
+        m.d.sync += [job_oldest[j].eq(oldest_next[j]) for j in range(J)]
         conn_valid, start_psn = field(self.connections, C, "valid"), field(self.connections, C, "start_psn")
         expected, delivered = registers(C, 24, "expected"), registers(C, 24, "delivered")
         sent = registers(C, 24, "sent")         # the PSN of the newest result sent toward the responder
@@ -255,7 +260,17 @@ class StatusMonitor(wiring.Component):
         wk_started, wk_closed = registers(J * K * N, 1, "wk_started"), registers(J * K * N, 1, "wk_closed")
         wk_first = registers(J * K * N, 24, "wk_first")
         wk_count = registers(J * K * N, ceil_log2(M + 1), "wk_count")
-        wk_last = registers(J * K * N, 24, "wk_last")     # the PSN of a closed part's last packet
+        # the PSN of a closed part's last packet, a row of N parts a message, in a memory: it is read only at
+        # each job's oldest message (``oldest_last``, a read port a job addressed a clock ahead, so that its data
+        # register holds the row of the oldest as registers would, the clock's writes included), and written as
+        # a part closes, one a clock; a restart or a release leaves it (``wk_closed`` says which parts count)
+        m.submodules.parts_last = parts_last = Memory(shape=data.ArrayLayout(PSN_BITS, N), depth=J * K, init=[])
+        last_write = parts_last.write_port(granularity=1)
+        oldest_last = []
+        for j in range(J):
+            last_read = parts_last.read_port(domain="sync", transparent_for=(last_write,))
+            m.d.comb += last_read.addr.eq(j * K + oldest_next[j][:k_bits])
+            oldest_last.append(last_read.data.as_value())
         pk_bitmap, pk_len = registers(S, N, "pk_bitmap"), registers(S, 16, "pk_len")
         pk_ready, pk_gen = registers(S, 1, "pk_ready"), registers(S, 1, "pk_gen")
         # a bounded-loss message's results sent again to each worker's receiver (RESULT_RESENDS at most)
@@ -291,7 +306,7 @@ class StatusMonitor(wiring.Component):
                              next_k[c].eq(first_message[:k_bits]), in_msg[c].eq(0), cur_k[c].eq(0)]
         for j in range(J):
             with m.If(restarting & restart_jobs[j]):
-                m.d.sync += job_oldest[j].eq(job_start_msg[j])
+                m.d.comb += oldest_next[j].eq(job_start_msg[j])
                 for k in range(K):
                     m.d.sync += msg_busy[j * K + k].eq(0)
                     for w in range(N):
@@ -375,7 +390,7 @@ class StatusMonitor(wiring.Component):
                 row.held.eq(msg_busy[message] & (msg_seq[message] == oldest)),
                 row.outside.eq(Cat(*[Const(w) >= job_n[job] for w in range(N)])),
                 row.closed.eq(Array(Cat(*[wk_closed[i * N + w] for w in range(N)]) for i in range(J * K))[message]),
-                row.last.eq(Array(Cat(*[wk_last[i * N + w] for w in range(N)]) for i in range(J * K))[message]),
+                row.last.eq(Array(oldest_last)[job] if J > 1 else oldest_last[0]),
                 row.delivered.eq(Cat(*[delivered[job * N + w] for w in range(N)])),
             ]
             return row
@@ -1352,9 +1367,11 @@ class StatusMonitor(wiring.Component):
                                 write_at(array, index, value)
                         with m.If(plan.last):
                             for array, index, value in ((wk_closed, entry, 1), (wk_count, entry, plan.index + 1),
-                                                        (wk_last, entry, psn), (in_msg, c, 0),
-                                                        (next_seq, c, next_seq[c] + 1), (next_k, c, next_k[c] + 1)):
+                                                        (in_msg, c, 0), (next_seq, c, next_seq[c] + 1),
+                                                        (next_k, c, next_k[c] + 1)):
                                 write_at(array, index, value)
+                            m.d.comb += [last_write.addr.eq(j * K + k), last_write.en.eq(Const(1, N) << w),
+                                         *[last_write.data[v].eq(psn) for v in range(N)]]
                         with m.If(full):
                             # each worker's result carries its own PSN of this packet slot: its connection's sent
                             for jj in range(J):
@@ -1590,7 +1607,7 @@ class StatusMonitor(wiring.Component):
                         m.next = "IDLE"
                         take_header()
                     with m.Elif(room):
-                        write_at(job_oldest, complete_job, advance_oldest + 1)
+                        write_at(oldest_next, complete_job, advance_oldest + 1, domain="comb")
                         count("credits_sent", job_n[complete_job])
                         m.d.comb += [descriptors.w_en.eq(1), new_descriptor.eq(0), new_descriptor.kind.eq(CREDITS),
                                      new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
@@ -1610,7 +1627,7 @@ class StatusMonitor(wiring.Component):
                     take_header()
                 with m.Elif(room):
                     write_at(msg_busy, released, 0)
-                    write_at(job_oldest, release_job, oldest + 1)
+                    write_at(oldest_next, release_job, oldest + 1, domain="comb")
                     m.next = "RELEASE_READ"
                     for w in range(N):
                         write_at(wk_started, released * N + w, 0)
