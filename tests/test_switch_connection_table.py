@@ -2,7 +2,8 @@
 ``connection_write``, random writes through the ``csr`` port (words of every connection's registers, words
 between them that are no register, words of the other blocks) leave the read showing, at every clock and for
 whichever connection it names, the registers' values as the register map's ``RegisterFile`` keeps them
-(the golden model) and as ``SwitchRegisters.connections`` holds them."""
+(the golden model) and as ``SwitchRegisters.connections`` holds them, and the requester's IPv4 address's
+ones' complement sum of its 16-bit words as RFC 1071 adds them."""
 
 import random
 
@@ -27,6 +28,20 @@ def registers_field(entry, name):
     return entry[name]
 
 
+def ones_complement_sum(ip):
+    """RFC 1071: the 16-bit words added with every carry out of bit 15 added back in."""
+    total = (ip >> 16) + (ip & 0xFFFF)
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def test_sums_are_of_the_tables_32_bit_registers():
+    for sums in (("responder_ip",), ("requester_mac",)):
+        with pytest.raises(ValueError, match="sums are of the table's registers of 32 bits"):
+            ConnectionTable(connections=2, registers=("requester_mac", "requester_ip"), sums=sums)
+
+
 @pytest.mark.parametrize("jobs, workers", [(1, 1), (1, 3), (2, 2)])
 def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers):
     C = jobs * workers
@@ -34,7 +49,7 @@ def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers
     stage._MustUse__silence = True      # only its configuration's and counters' shapes are used
     regs = SwitchRegisters(jobs=jobs, workers=workers, forwarding_entries=1, mtu=1024, increment_bits=2,
                            egress=stage, ports=1)
-    table = ConnectionTable(connections=C, registers=TABLE_REGISTERS)
+    table = ConnectionTable(connections=C, registers=TABLE_REGISTERS, sums=("requester_ip",))
     m = Module()
     m.submodules.regs, m.submodules.table = regs, table
     m.d.comb += table.write.eq(regs.connection_write)
@@ -64,6 +79,7 @@ def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers
                 assert entry[name] == model["connection", c, name], (step, c, name)
                 assert entry[name] == registers_field(held, name), (step, c, name)
                 checked.append((c, name))
+            assert entry["requester_ip_sum"] == ones_complement_sum(model["connection", c, "requester_ip"]), step
 
     sim = Simulator(m)
     sim.add_clock(1e-8)

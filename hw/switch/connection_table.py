@@ -11,9 +11,13 @@ connection its reader names, and written with the register port's writes to the 
 (``SwitchRegisters.connection_write``, a clock after ``csr.we``, in the clock the registers take them): only
 that write (an index, an offset and a word) reaches the reader. The copy is the registers', word for word,
 at every clock.
+
+For an IPv4 address among them (``sums``), the table also keeps the ones' complement sum of its two 16-bit
+words, folded to 16 bits as the word is written (``ones_complement_halves``), so that a reader that puts the
+address into an IPv4 header checksum adds 16 bits instead of 32 in the clock that builds the header.
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -22,21 +26,34 @@ from amaranth.utils import ceil_log2
 from ...registers import CONNECTION, WORD_BITS
 from ..csr import block_write_layout
 
-__all__ = ["ConnectionTable"]
+__all__ = ["ConnectionTable", "ones_complement_halves"]
+
+
+def ones_complement_halves(word):
+    """The ones' complement sum of a 32-bit ``word``'s two 16-bit halves, 16 bits: their sum with its carry
+    added back once (the sum is at most 0x1FFFE, so the carry's addition carries no further)."""
+    word = Value.cast(word)
+    total = word[16:32] + word[:16]
+    return (total[:16] + total[16])[:16]
 
 
 class ConnectionTable(wiring.Component):
-    """``ConnectionTable(*, connections, registers)``: the connection block's ``registers`` (their names,
-    writable ones) of each of ``connections`` connections. ``write``: the register port's writes to the block
-    (``SwitchRegisters.connection_write``); ``entry`` (a field per register, by name) is that of connection
-    ``conn``, in the same clock."""
+    """``ConnectionTable(*, connections, registers, sums=())``: the connection block's ``registers`` (their
+    names, writable ones) of each of ``connections`` connections. ``write``: the register port's writes to the
+    block (``SwitchRegisters.connection_write``); ``entry`` (a field per register, by name) is that of
+    connection ``conn``, in the same clock, with a field ``NAME_sum`` for each of ``sums`` (registers of the
+    table of one 32-bit word: ``ones_complement_halves`` of it)."""
 
-    def __init__(self, *, connections, registers):
+    def __init__(self, *, connections, registers, sums=()):
         self.connections_count = connections
         self.registers = tuple(CONNECTION.register(name) for name in registers)
         if any(r.access == "ro" for r in self.registers):
             raise ValueError("a connection table keeps writable registers only")
-        self.Entry = data.StructLayout({r.name: r.bits for r in self.registers})
+        self.sums = tuple(CONNECTION.register(name) for name in sums)
+        if any(r not in self.registers or r.bits != WORD_BITS for r in self.sums):
+            raise ValueError(f"sums are of the table's registers of {WORD_BITS} bits, not {sums!r}")
+        self.Entry = data.StructLayout({**{r.name: r.bits for r in self.registers},
+                                        **{f"{r.name}_sum": 16 for r in self.sums}})
         super().__init__({
             "write": In(block_write_layout(CONNECTION, connections)),
             "conn": In(max(1, ceil_log2(connections))),
@@ -56,4 +73,11 @@ class ConnectionTable(wiring.Component):
                              port.addr.eq(write.index), port.data.eq(write.word[:bits])]
                 port = memory.read_port(domain="comb")
                 m.d.comb += [port.addr.eq(self.conn), self.entry[r.name][low:low + bits].eq(port.data)]
+        for r in self.sums:
+            m.submodules[f"{r.name}_sum"] = memory = Memory(shape=16, depth=C, init=[])
+            port = memory.write_port()
+            m.d.comb += [port.en.eq(write.valid & (write.offset == r.offset)),
+                         port.addr.eq(write.index), port.data.eq(ones_complement_halves(write.word))]
+            port = memory.read_port(domain="comb")
+            m.d.comb += [port.addr.eq(self.conn), self.entry[f"{r.name}_sum"].eq(port.data)]
         return m

@@ -55,7 +55,7 @@ from ...wire import (
     ControlType,
 )
 from ..csr import block_write_layout
-from ..deparser import checksum_of_sum, lanes_below
+from ..deparser import lanes_below
 from ..slots import result_read_signature, sum_done_layout
 from ..stream import ParsedHeader, PayloadBeat, check_width
 from .connection_table import ConnectionTable
@@ -220,7 +220,7 @@ class Emitter(wiring.Component):
             connections=C, registers=("requester_mac", "requester_ip", "requester_vlan", "responder_mac",
                                       "responder_ip", "responder_qpn", "responder_rkey"))
         m.submodules.credit_connections = credit_connections = ConnectionTable(
-            connections=C, registers=("requester_mac", "requester_ip"))
+            connections=C, registers=("requester_mac", "requester_ip"), sums=("requester_ip",))
         m.d.comb += [result_connections.write.eq(self.connection_write),
                      credit_connections.write.eq(self.connection_write)]
         job_id = Array(fields_of(self.jobs, self.jobs_count, "id"))
@@ -336,7 +336,7 @@ class Emitter(wiring.Component):
         m.d.comb += credit_connections.conn.eq(job_next * N + worker_next)
         m.d.sync += requester.eq(credit_connections.entry)
         dst_ip = requester.requester_ip
-        checksum = control_checksum(m, sw.ip, credit_connections.entry.requester_ip)
+        checksum = control_checksum(m, sw.ip, credit_connections.entry.requester_ip_sum)
         built = control_frame(B, dst_mac=requester.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
                               src_ip=sw.ip, checksum=checksum, port=sw.control_port,
                               job=job_id[d.job], worker=worker, value=d.value)
@@ -480,15 +480,19 @@ _IPV4_VERSION_TOS = 0x4500 | CONTROL_DSCP << 2
 _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 words
 
 
-def control_checksum(m, src_ip, dst_ip_next):
-    """The IPv4 header checksum of a control frame: the constant words and the addresses in ones'
-    complement (``hw.deparser.checksum_of_sum``). The source, the switch's address, is configuration: its
-    sum with the constant words is registered (traffic follows configuration by far more). The
-    destination's two words are added as the address is read, a clock before its frame (``dst_ip_next``),
-    and registered with it: the checksum is three adders after the registers."""
-    fixed, dst_sum = Signal(18), Signal(17)
-    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]), dst_sum.eq(dst_ip_next[16:] + dst_ip_next[:16])]
-    return checksum_of_sum(fixed + dst_sum)
+def control_checksum(m, src_ip, dst_ip_sum_next):
+    """The IPv4 header checksum of a control frame, from ones' complement sums in registers, so that the clock
+    that builds the frame adds the last carry back and complements (one 16-bit increment): the constant words
+    with the source, the switch's address (configuration, folded to 16 bits in two registers: traffic follows
+    configuration by far more), and the destination's words folded (``dst_ip_sum_next``: the connection
+    table's ``requester_ip_sum``, read a clock before the frame), added as the destination is read and
+    registered with it. Every sum is of a header whose words are not all zero, so the folds give the
+    checksum's own value and never 0xFFFF for 0."""
+    fixed, base, total = Signal(18), Signal(16), Signal(17)
+    once = fixed[:16] + fixed[16:]
+    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]), base.eq(once[:16] + once[16:]),
+                 total.eq(base + dst_ip_sum_next)]
+    return ~(total[:16] + total[16])[:16]
 
 
 def control_frame(beat_bytes, *, dst_mac, dst_ip, src_mac, src_ip, checksum, port, job, worker, value):
