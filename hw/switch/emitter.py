@@ -219,10 +219,14 @@ class Emitter(wiring.Component):
         m.submodules.result_connections = result_connections = ConnectionTable(
             connections=C, registers=("requester_mac", "requester_ip", "requester_vlan", "responder_mac",
                                       "responder_ip", "responder_qpn", "responder_rkey"))
-        m.submodules.credit_connections = credit_connections = ConnectionTable(
-            connections=C, registers=("requester_mac", "requester_ip"), sums=("requester_ip",))
+        # (a CREDIT's requester, at each of the connections the next clock's frame may be to: the same worker's,
+        # the next worker's and the next descriptor's, each read at registers, the choice after the reads)
+        credit_tables = {}
+        for source in CreditSource:
+            m.submodules[f"credit_connections_{source.name.lower()}"] = credit_tables[source] = ConnectionTable(
+                connections=C, registers=("requester_mac", "requester_ip"), sums=("requester_ip",))
         m.d.comb += [result_connections.write.eq(self.connection_write),
-                     credit_connections.write.eq(self.connection_write)]
+                     *[table.write.eq(self.connection_write) for table in credit_tables.values()]]
         job_id = Array(fields_of(self.jobs, self.jobs_count, "id"))
         sent = Array(self.sent[c] for c in range(C))
 
@@ -281,16 +285,16 @@ class Emitter(wiring.Component):
         m.d.sync += stores_ready.eq(stores_ready + self.stored - store_used)
 
         control_beats = -(-ETH_MIN_FRAME // B)
-        # (the descriptor's job and worker of the next clock, ``d.job`` and ``worker`` then: a CREDIT's
-        # requester is read from its table a clock ahead, below)
-        job_next, worker_next = Signal.like(d.job), Signal.like(worker)
-        m.d.comb += [job_next.eq(d.job), worker_next.eq(worker)]
-        m.d.sync += worker.eq(worker_next)
+        # (where the next clock's job and worker come from, ``d.job`` and ``worker`` then: a CREDIT's requester
+        # is read from its tables a clock ahead, below)
+        credit_source = Signal(CreditSource)
+        m.d.comb += credit_source.eq(CreditSource.SAME)
         with m.If(go):
             m.d.sync += beat_no.eq(Mux(is_last, 0, beat_no + 1))
             with m.If(is_last & more):
-                m.d.comb += worker_next.eq(worker + 1)
-                m.d.sync += more.eq(worker + 2 < d.workers)
+                m.d.comb += credit_source.eq(CreditSource.NEXT_WORKER)
+                m.d.sync += [worker.eq(worker + 1), more.eq(worker + 2 < d.workers)]
+        first_worker = Mux(job.all, 0, job.worker)      # a descriptor's first frame's (``all``: one per worker)
         take = (~loaded & ~awaiting_sum) | (go & is_last & ~more)
         needs_sum = (job.kind == RESULTS) & ~job.resend
         takeable = header_jobs.w_rdy & (~needs_sum | (stores_ready != 0))
@@ -301,8 +305,8 @@ class Emitter(wiring.Component):
                 several = job.all                   # one frame per worker, from worker 0
                 m.d.comb += store_used.eq(needs_sum)
                 sum_now = needs_sum & (sums_ready != 0)
-                m.d.comb += [job_next.eq(job.job), worker_next.eq(Mux(several, 0, job.worker))]
-                m.d.sync += [d.eq(job),
+                m.d.comb += credit_source.eq(CreditSource.NEXT_DESCRIPTOR)
+                m.d.sync += [d.eq(job), worker.eq(first_worker),
                              more.eq(several & (job.workers > 1)),
                              # (a payload of no bytes still takes one word, with no byte kept)
                              last_no.eq(Mux(job.kind == CREDITS, control_beats - 1,
@@ -328,15 +332,23 @@ class Emitter(wiring.Component):
         with m.If(go & from_ring):
             m.d.sync += self.ring_read.eq(self.ring_read + 1)
 
-        # a CREDIT control frame, 60 bytes, to the requester of the worker's connection, read from its table in
-        # the clock before (at the connection of the next clock's job and worker), so that the frame's paths
-        # start at a register: a write to that requester's address reaches the frames a clock after the table
+        # a CREDIT control frame, 60 bytes, to the requester of the worker's connection, read from its tables in
+        # the clock before (at the connection of each job and worker the next clock may have, from registers,
+        # the one it has chosen after the reads), so that the frame's paths start at a register: a write to
+        # that requester's address reaches the frames a clock after the table
         sw = self.switch
-        requester = Signal(credit_connections.Entry, reset_less=True)
-        m.d.comb += credit_connections.conn.eq(job_next * N + worker_next)
-        m.d.sync += requester.eq(credit_connections.entry)
+        tables = credit_tables
+        m.d.comb += [tables[CreditSource.SAME].conn.eq(d.job * N + worker),
+                     tables[CreditSource.NEXT_WORKER].conn.eq(d.job * N + worker + 1),
+                     tables[CreditSource.NEXT_DESCRIPTOR].conn.eq(job.job * N + first_worker)]
+        requester = Signal(tables[CreditSource.SAME].Entry, reset_less=True)
+        with m.Switch(credit_source):
+            for source, table in tables.items():
+                with m.Case(source):
+                    m.d.sync += requester.eq(table.entry)
         dst_ip = requester.requester_ip
-        checksum = control_checksum(m, sw.ip, credit_connections.entry.requester_ip_sum)
+        dst_ip_sums = {source: table.entry.requester_ip_sum for source, table in tables.items()}
+        checksum = control_checksum(m, sw.ip, dst_ip_sums, credit_source)
         built = control_frame(B, dst_mac=requester.requester_mac, dst_ip=dst_ip, src_mac=sw.mac,
                               src_ip=sw.ip, checksum=checksum, port=sw.control_port,
                               job=job_id[d.job], worker=worker, value=d.value)
@@ -476,22 +488,40 @@ class Emitter(wiring.Component):
 
 # --- the CREDIT control frame --------------------------------------------------------------------------------
 
+class CreditSource(enum.Enum, shape=2):
+    """Where the job and worker of the emitter's next clock come from: the clock's own (``SAME``), the next
+    worker's frame of the descriptor (``NEXT_WORKER``), the next descriptor's first frame (``NEXT_DESCRIPTOR``)."""
+    SAME = 0
+    NEXT_WORKER = 1
+    NEXT_DESCRIPTOR = 2
+
+
 _IPV4_VERSION_TOS = 0x4500 | CONTROL_DSCP << 2
 _IPV4_FIXED = _IPV4_VERSION_TOS + 40 + 0x4000 + ((64 << 8) | 17)   # a control frame's constant IPv4 words
 
 
-def control_checksum(m, src_ip, dst_ip_sum_next):
+def control_checksum(m, src_ip, dst_ip_sums_next, source_next):
     """The IPv4 header checksum of a control frame, from ones' complement sums in registers, so that the clock
-    that builds the frame adds the last carry back and complements (one 16-bit increment): the constant words
+    that builds the frame chooses one and adds its last carry back (one 16-bit increment): the constant words
     with the source, the switch's address (configuration, folded to 16 bits in two registers: traffic follows
-    configuration by far more), and the destination's words folded (``dst_ip_sum_next``: the connection
-    table's ``requester_ip_sum``, read a clock before the frame), added as the destination is read and
-    registered with it. Every sum is of a header whose words are not all zero, so the folds give the
-    checksum's own value and never 0xFFFF for 0."""
-    fixed, base, total = Signal(18), Signal(16), Signal(17)
+    configuration by far more), added to each candidate destination's words folded (``dst_ip_sums_next``, by
+    ``CreditSource``: the connection tables' ``requester_ip_sum``, read a clock before the frame) and
+    registered, and the candidate ``source_next`` names registered beside them. Every sum is of a header whose
+    words are not all zero, so the folds give the checksum's own value and never 0xFFFF for 0."""
+    fixed, base = Signal(18), Signal(16)
     once = fixed[:16] + fixed[16:]
-    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]), base.eq(once[:16] + once[16:]),
-                 total.eq(base + dst_ip_sum_next)]
+    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]), base.eq(once[:16] + once[16:])]
+    totals = {}
+    for source, dst_ip_sum in dst_ip_sums_next.items():
+        totals[source] = Signal(17, name=f"checksum_sum_{source.name.lower()}")
+        m.d.sync += totals[source].eq(base + dst_ip_sum)
+    source = Signal.like(source_next)
+    m.d.sync += source.eq(source_next)
+    total = Signal(17)
+    with m.Switch(source):
+        for name, value in totals.items():
+            with m.Case(name):
+                m.d.comb += total.eq(value)
     return ~(total[:16] + total[16])[:16]
 
 
