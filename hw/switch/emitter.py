@@ -276,13 +276,13 @@ class Emitter(wiring.Component):
         sums_ready = Signal(range(self.slots + 2))
         sum_used = Signal()
         m.d.comb += self.sum_done.ready.eq(1)
-        m.d.sync += sums_ready.eq(sums_ready + self.sum_done.valid - sum_used)
+        m.d.sync += sums_ready.eq(counted(m, sums_ready, self.sum_done.valid, sum_used))
         # the RESULTS descriptors (not resends) whose contributions' headers are in the header store
         # (``stored``, one a descriptor, in their order: ``records.HeaderRecords``); each is taken only then, so
         # that the header sequencer reads the store after its writes
         stores_ready = Signal(range(self.slots + 2))
         store_used = Signal()
-        m.d.sync += stores_ready.eq(stores_ready + self.stored - store_used)
+        m.d.sync += stores_ready.eq(counted(m, stores_ready, self.stored, store_used))
 
         control_beats = -(-ETH_MIN_FRAME // B)
         # (where the next clock's job and worker come from, ``d.job`` and ``worker`` then: a CREDIT's requester
@@ -487,6 +487,14 @@ class Emitter(wiring.Component):
 
 
 # --- the CREDIT control frame --------------------------------------------------------------------------------
+
+def counted(m, count, added, taken):
+    """``count`` plus ``added`` less ``taken`` (a bit each): both sums made from the count and ``added``, and
+    ``taken``, decided late in the clock (by the take), choosing between them."""
+    more = Signal.like(count, name=f"{count.name}_more")
+    m.d.comb += more.eq(count + added)
+    return Mux(taken, more - 1, more)
+
 
 class CreditSource(enum.Enum, shape=2):
     """Where the job and worker of the emitter's next clock come from: the clock's own (``SAME``), the next
