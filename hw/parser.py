@@ -157,13 +157,15 @@ RawFields = data.StructLayout({
     **{f"has_{name}": 1 for name in EXTENSIONS},
 })
 
-# what the second decode register holds: the header record but for ``payload_len``
+# what the second decode register holds: the header record but for ``payload_len``, and the sums the last
+# step only compares or chooses from
 Fields = data.StructLayout({
     "header": ParsedHeader,
     "ip_end": POS_BITS,
     "udp_len_ok": 1,                        # the UDP length equals E - u
-    "overhead": 8,                          # hdr_len + bth_pad + 4 (ICRC): E - payload_len
-    "csum_part": data.ArrayLayout(18, 3),
+    # E - (hdr_len + bth_pad + 4 (ICRC)): the payload's length, if not negative
+    "payload_room": range(-(1 << (POS_BITS + 1)), 1 << POS_BITS),
+    "csum": 20,                             # the IPv4 header's words summed
 })
 
 
@@ -289,7 +291,7 @@ def decode_raw(m, normalized, ipv6=True):
 
 def decode_fields(m, raw, ipv6=True):
     """Second decode step (combinational, from the registered :data:`RawFields`): the header record
-    (but for ``payload_len``), the IP end and the checksum partly summed."""
+    (but for ``payload_len``), the IP end, the room for the payload and the IPv4 header's words summed."""
     out = Signal(Fields)
     hdr = out.header
     ip_ok = Signal()        # the IP fields are decoded
@@ -306,9 +308,8 @@ def decode_fields(m, raw, ipv6=True):
         hdr.ip_version.eq(Mux(raw.is_v4, 4, Mux(raw.is_v6, 6, 0))),
         out.ip_end.eq(raw.ip_span + Mux(raw.vlan, L3 + VLAN_BYTES, L3)),
         out.udp_len_ok.eq(udp["length"] == raw.udp_span),
-        out.csum_part[0].eq(raw.csum_pairs[0] + raw.csum_pairs[1]),
-        out.csum_part[1].eq(raw.csum_pairs[2] + raw.csum_pairs[3]),
-        out.csum_part[2].eq(raw.csum_pairs[4]),
+        out.csum.eq((raw.csum_pairs[0] + raw.csum_pairs[1]) + (raw.csum_pairs[2] + raw.csum_pairs[3])
+                    + raw.csum_pairs[4]),
     ]
     with m.If(raw.is_v4 | raw.is_v6):
         m.d.comb += [hdr.ip_dscp.eq(raw.ip_dscp), hdr.ip_ecn.eq(raw.ip_ecn)]
@@ -331,7 +332,10 @@ def decode_fields(m, raw, ipv6=True):
     # extension headers: the opcode table, then each header at its place after the BTH
     has = {name: getattr(raw, f"has_{name}") for name in EXTENSIONS}
     ext_bytes, known = raw.ext_bytes, raw.known
-    m.d.comb += out.overhead.eq(raw.ext_at + ext_bytes + bth["pad"])
+    # (the IP end less the bytes before the payload and after it: hdr_len + bth_pad + 4 (ICRC); subtracted
+    # here, so that the last step only chooses by its sign)
+    overhead = Signal(8)
+    m.d.comb += [overhead.eq(raw.ext_at + ext_bytes + bth["pad"]), out.payload_room.eq(out.ip_end - overhead)]
     ext = raw.ext
 
     def ext_fields(offset, table):
@@ -371,13 +375,11 @@ def decode_context(m, fields, ipv6=True):
     header = Signal(ParsedHeader)
     hdr = fields.header
     roce = hdr.roce
-    csum = Signal(20)
-    payload_room = Signal(range(-(1 << (POS_BITS + 1)), 1 << POS_BITS))
+    csum = fields.csum
+    payload_room = fields.payload_room
     room_ok = Signal()
     m.d.comb += [
-        csum.eq(fields.csum_part[0] + fields.csum_part[1] + fields.csum_part[2]),
-        payload_room.eq(fields.ip_end - fields.overhead),
-        room_ok.eq(payload_room >= 0),
+        room_ok.eq(~payload_room[-1]),      # (its sign bit: not a comparison's carry chain)
         header.eq(hdr),
         ctx.hdr_len.eq(hdr.hdr_len), ctx.roce.eq(roce),
         # the ones'-complement sum is 0xFFFF exactly when low + high == 0xFFFF with high < 16
