@@ -461,8 +461,9 @@ class RoceDeparser(wiring.Component):
         partial_lanes = Array(C((1 << count) - 1, nbytes) for count in range(nbytes))
 
         def below(end):                 # the lanes before byte ``end`` (from the beat's start): a table
-            ahead = end[lane_bits:].as_signed()         # ... and the beat of ``end`` relative to this one
-            return Mux(ahead > 0, all_lanes, Mux(ahead == 0, partial_lanes[end[:lane_bits]], 0))
+            ahead = end[lane_bits:]     # ... and the beat of ``end`` relative to this one (its sign bit, and
+            here = ahead == 0           # whether it is 0, rather than a signed comparison's carry chain)
+            return Mux(ahead[-1], 0, Mux(here, partial_lanes[end[:lane_bits]], all_lanes))
 
         m.d.comb += [
             payload_lanes.eq(Mux(decided.known, below(decided.payload_end), all_lanes) & ~header_lanes),
