@@ -157,7 +157,7 @@ RawFields = data.StructLayout({
     **{f"has_{name}": 1 for name in EXTENSIONS},
 })
 
-# what the second decode register holds: the header record but for ``payload_len``, and the sums the last
+# what the third decode register holds: the header record but for ``payload_len``, and the sums the last
 # step only compares or chooses from
 Fields = data.StructLayout({
     "header": ParsedHeader,
@@ -290,7 +290,7 @@ def decode_raw(m, normalized, ipv6=True):
 
 
 def decode_fields(m, raw, ipv6=True):
-    """Second decode step (combinational, from the registered :data:`RawFields`): the header record
+    """Third decode step (combinational, from the registered :data:`RawFields`): the header record
     (but for ``payload_len``), the IP end, the room for the payload and the IPv4 header's words summed."""
     out = Signal(Fields)
     hdr = out.header
