@@ -54,7 +54,7 @@ from .parser import POS_BITS, keep_count, window_bytes_for
 from .ram import RegisterFIFO
 from .stream import FrameBeat, ParsedHeader, PayloadBeat, check_width, frame_stream, header_stream, payload_stream
 
-__all__ = ["RoceDeparser", "serialize_header", "lanes_below"]
+__all__ = ["RoceDeparser", "serialize_header", "lanes_below", "ones_complement_fold"]
 
 
 def lanes_below(limit, beat_index, nbytes):
@@ -103,11 +103,15 @@ def ipv4_sum_parts(header_bytes_list):
     return parts
 
 
+def ones_complement_fold(total):
+    """``total``'s carries out of 16 bits added back into its low 16 bits once (a ones' complement sum of
+    16-bit words is folded so until it fits in 16 bits)."""
+    return total[0:16] + total[16:]
+
+
 def checksum_of_sum(total):
     """The IPv4 header checksum from the sum of the header's words (its checksum bytes zero)."""
-    once = total[0:16] + total[16:]
-    twice = once[0:16] + once[16:]
-    return ~twice[0:16]
+    return ~ones_complement_fold(ones_complement_fold(total))[0:16]
 
 
 def ipv4_checksum(header_bytes_list):

@@ -25,6 +25,7 @@ from amaranth.utils import ceil_log2
 
 from ...registers import CONNECTION, WORD_BITS
 from ..csr import block_write_layout
+from ..deparser import ones_complement_fold
 
 __all__ = ["ConnectionTable", "ones_complement_halves"]
 
@@ -33,8 +34,7 @@ def ones_complement_halves(word):
     """The ones' complement sum of a 32-bit ``word``'s two 16-bit halves, 16 bits: their sum with its carry
     added back once (the sum is at most 0x1FFFE, so the carry's addition carries no further)."""
     word = Value.cast(word)
-    total = word[16:32] + word[:16]
-    return (total[:16] + total[16])[:16]
+    return ones_complement_fold(word[16:32] + word[:16])[:16]
 
 
 class ConnectionTable(wiring.Component):

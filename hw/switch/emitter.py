@@ -55,7 +55,7 @@ from ...wire import (
     ControlType,
 )
 from ..csr import block_write_layout
-from ..deparser import lanes_below
+from ..deparser import lanes_below, ones_complement_fold
 from ..slots import result_read_signature, sum_done_layout
 from ..stream import ParsedHeader, PayloadBeat, check_width
 from .connection_table import ConnectionTable
@@ -517,8 +517,8 @@ def control_checksum(m, src_ip, dst_ip_sums_next, source_next):
     registered, and the candidate ``source_next`` names registered beside them. Every sum is of a header whose
     words are not all zero, so the folds give the checksum's own value and never 0xFFFF for 0."""
     fixed, base = Signal(18), Signal(16)
-    once = fixed[:16] + fixed[16:]
-    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]), base.eq(once[:16] + once[16:])]
+    m.d.sync += [fixed.eq(_IPV4_FIXED + src_ip[16:] + src_ip[:16]),
+                 base.eq(ones_complement_fold(ones_complement_fold(fixed)))]
     totals = {}
     for source, dst_ip_sum in dst_ip_sums_next.items():
         totals[source] = Signal(17, name=f"checksum_sum_{source.name.lower()}")
@@ -530,7 +530,7 @@ def control_checksum(m, src_ip, dst_ip_sums_next, source_next):
         for name, value in totals.items():
             with m.Case(name):
                 m.d.comb += total.eq(value)
-    return ~(total[:16] + total[16])[:16]
+    return ~ones_complement_fold(total)[:16]
 
 
 def control_frame(beat_bytes, *, dst_mac, dst_ip, src_mac, src_ip, checksum, port, job, worker, value):
