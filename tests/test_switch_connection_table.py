@@ -3,7 +3,8 @@
 between them that are no register, words of the other blocks) leave the read showing, at every clock and for
 whichever connection it names, the registers' values as the register map's ``RegisterFile`` keeps them
 (the golden model) and as ``SwitchRegisters.connections`` holds them, and the requester's IPv4 address's
-ones' complement sum of its 16-bit words as RFC 1071 adds them."""
+ones' complement sum of its 16-bit words as RFC 1071 adds them; with ``read_ahead``, for the connection it
+named a clock before (the one it names now another)."""
 
 import random
 
@@ -42,14 +43,15 @@ def test_sums_are_of_the_tables_32_bit_registers():
             ConnectionTable(connections=2, registers=("requester_mac", "requester_ip"), sums=sums)
 
 
+@pytest.mark.parametrize("read_ahead", [False, True])
 @pytest.mark.parametrize("jobs, workers", [(1, 1), (1, 3), (2, 2)])
-def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers):
+def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers, read_ahead):
     C = jobs * workers
     stage = EgressQueues(64, queues=2, depth_beats=256, max_frame=1024)
     stage._MustUse__silence = True      # only its configuration's and counters' shapes are used
     regs = SwitchRegisters(jobs=jobs, workers=workers, forwarding_entries=1, mtu=1024, increment_bits=2,
                            egress=stage, ports=1)
-    table = ConnectionTable(connections=C, registers=TABLE_REGISTERS, sums=("requester_ip",))
+    table = ConnectionTable(connections=C, registers=TABLE_REGISTERS, sums=("requester_ip",), read_ahead=read_ahead)
     m = Module()
     m.submodules.regs, m.submodules.table = regs, table
     m.d.comb += table.write.eq(regs.connection_write)
@@ -74,6 +76,8 @@ def test_every_read_shows_its_connections_registers_at_every_clock(jobs, workers
                 model.write(*pending)
             pending = write
             c = ctx.get(table.conn)
+            if read_ahead and C > 1:        # (the entry is of the connection named before the clock)
+                ctx.set(table.conn, (c + rng.randrange(1, C)) % C)
             entry, held = ctx.get(table.entry), ctx.get(regs.connections[c])
             for name in TABLE_REGISTERS:
                 assert entry[name] == model["connection", c, name], (step, c, name)

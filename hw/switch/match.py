@@ -37,7 +37,8 @@ clocks at most (a frame of ``header_clocks`` beats at least: 8 at 64 bits), the 
 each connection in the ``ceil(C / lanes)`` clocks it waits at the head of the parser's FIFO anyway, and the
 comparisons' bits of each step are kept until the last. Each lane reads the fields of its connections
 (c = step lanes + lane) from a ``ConnectionTable`` of its own, written from the register port's connection
-writes (``connection_write``), at the step: one comparator per lane and field instead of one per connection,
+writes (``connection_write``), at the step (read a clock ahead, ``read_ahead``, so that the comparisons start
+at registers): one comparator per lane and field instead of one per connection,
 and no connection's fields reaching the match from the registers (on the board switch, the header's fields
 fanned out to every connection's comparators and the configuration's wires were router2's most congested).
 Where a header can come every clock (512 bits), there is one step, and each lane's table holds one
@@ -144,7 +145,10 @@ class ConnectionMatch(wiring.Component):
         # a clock over ``steps`` clocks, the bits of the steps before the last kept), and the flags
         lanes, steps = self.lanes, self.steps
         step = Signal(range(steps))
+        step_next = Signal(range(steps))        # what ``step`` holds from the next clock (the tables read at it)
         last = step == steps - 1
+        m.d.comb += step_next.eq(step)
+        m.d.sync += step.eq(step_next)
         write = self.connection_write
         Bits = data.StructLayout(dict.fromkeys(("data_key", "ack_key", "data_bound", "ack_bound", "from_requester",
                                                 "from_responder"), C))
@@ -152,9 +156,10 @@ class ConnectionMatch(wiring.Component):
         for lane in range(lanes):
             # this lane's connections, c = s * lanes + lane for each step s, in a table of its own read at the step
             m.submodules[f"connections_{lane}"] = table = ConnectionTable(connections=steps,
-                                                                          registers=COMPARED_REGISTERS)
+                                                                          registers=COMPARED_REGISTERS,
+                                                                          read_ahead=True)
             m.d.comb += [table.write.offset.eq(write.offset), table.write.word.eq(write.word),
-                         table.conn.eq(step)]
+                         table.conn.eq(step_next)]
             with m.Switch(write.index):
                 for c in range(lane, C, lanes):
                     with m.Case(c):
@@ -182,7 +187,8 @@ class ConnectionMatch(wiring.Component):
                     m.d.comb += bits[name][c].eq(Mux(step == c // lanes, value, kept[name][c]))
         both = self.header.valid & self.port.valid
         with m.If(both & ~last):
-            m.d.sync += [kept.eq(bits), step.eq(step + 1)]
+            m.d.sync += kept.eq(bits)
+            m.d.comb += step_next.eq(step + 1)
 
         Compared = data.StructLayout({"header": MonitoredHeader, "port": len(port), **Bits.members,
                                       "roce4": 1, "acknowledge": 1, "own": 1, "to_control_port": 1, "to_switch": 1,
@@ -220,7 +226,7 @@ class ConnectionMatch(wiring.Component):
         with m.If(advance):
             m.d.sync += [compared.eq(now), compared_valid.eq(both & last)]
         with m.If(both & done):
-            m.d.sync += step.eq(0)
+            m.d.comb += step_next.eq(0)
 
         # stage 2: the match, from the registered comparisons, into the queue
         is_ack = compared.roce4 & compared.acknowledge & compared.ack_key.any()
