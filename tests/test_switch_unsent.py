@@ -1,6 +1,7 @@
 """amaranth.sim unit test of hw/switch/unsent.py (``UnsentResults``): under random descriptors queued and sent
 for random messages (both in one clock too, for one message and for two), every message's ``all_sent`` is,
-in every clock, whether a count kept beside it in Python is 0: from reset, and up to counts well above 1."""
+in every clock, whether a count kept beside it in Python is 0: from reset, and up to counts well above 1; and
+``all_sent_next``, once the clock's strobes are set, what ``all_sent`` is after the clock."""
 
 import random
 
@@ -30,9 +31,12 @@ def test_all_sent_is_the_count_at_zero(messages):
             ctx.set(dut.queued.message, queued_at)
             ctx.set(dut.sent.valid, sent)
             ctx.set(dut.sent.message, sent_at)
+            after = list(counts)
+            after[queued_at] += queued
+            after[sent_at] -= sent
+            assert ctx.get(dut.all_sent_next) == sum((count == 0) << i for i, count in enumerate(after)), after
             await ctx.tick()
-            counts[queued_at] += queued
-            counts[sent_at] -= sent
+            counts = after
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -689,8 +689,19 @@ class StatusMonitor(wiring.Component):
         def bank_free(k):
             return ~worker_bit(k) | results_left(k)
 
-        lossy_wait = lossy_writing & at_key & worker_bit(key_k) & msg_complete[plan.job * K + key_k] & \
-            ~results_left(key_k)
+        # Which message slots' banks a contribution would wait on, for each job and worker (a bit each: the
+        # worker's word there, the message complete and its results not yet left), registered every clock, so
+        # that the key beat's ready chooses one of K registers of the plan's worker. Its results' count is read
+        # as it will be (``all_sent_next``); the word and the completion as they are, a clock late but never in
+        # a way that matters: while a frame streams nothing writes them, and a commit that takes the next header
+        # in its clock never makes a bank wait (a bounded-loss contribution that happens there completes no
+        # message).
+        bank_waits = Signal(data.ArrayLayout(data.ArrayLayout(K, N), J))
+        for j in range(J):
+            for w in range(N):
+                m.d.sync += bank_waits[j][w].eq(Cat(*[pk_bitmap[lossy_slot(j, k)][w] & msg_complete[j * K + k]
+                                                      & ~unsent.all_sent_next[j * K + k] for k in range(K)]))
+        lossy_wait = lossy_writing & at_key & bank_waits[plan.job][plan.worker].bit_select(key_k, 1)
         lossy_write_now = lossy_writing & (beat_index >= key_beat) & (lossy_beat < Pb) & \
             Mux(at_key, bank_free(key_k), lossy_write_ok)
         with m.If(plan.lossy):
@@ -1169,7 +1180,21 @@ class StatusMonitor(wiring.Component):
         for i in range(J * K):
             m.d.comb += [deadlines.open[i].eq(msg_busy[i] & ~msg_complete[i]), deadlines.opened[i].eq(msg_opened[i])]
         live, due_live, fresh, expire = deadlines.live, deadlines.due, deadlines.fresh, deadlines.expire
+
+        # Whether a job's window moves on (``advancing``, registered in COMPLETE and ADVANCE for the next clock):
+        # its oldest message, or the one after it, held and complete. Every message slot compares its sequence
+        # number with its job's oldest and with the one after it (``job_oldest + 1``, in a register of its own) in
+        # parallel, so that the decision only chooses one of a job's K bits.
         advancing = Signal()
+        oldest_after = registers(J, 32, "job_oldest_after")
+        m.d.sync += [oldest_after[j].eq(oldest_next[j] + 1) for j in range(J)]
+        holds_oldest, complete_oldest, complete_after = Signal(J * K), Signal(J * K), Signal(J * K)
+        for j in range(J):
+            for k in range(K):
+                i = j * K + k
+                m.d.comb += [holds_oldest[i].eq(msg_busy[i] & (msg_seq[i] == job_oldest[j])),
+                             complete_oldest[i].eq(holds_oldest[i] & msg_complete[i]),
+                             complete_after[i].eq(msg_busy[i] & msg_complete[i] & (msg_seq[i] == oldest_after[j]))]
 
         # --- monitor FSM -----------------------------------------------------------------------------------------
         # an ACK releases if it made the job's oldest message delivered (the plan) and its results have left
@@ -1569,13 +1594,8 @@ class StatusMonitor(wiring.Component):
                     with m.Else():
                         m.next = "IDLE"
                 advance_oldest = job_oldest[complete_job]
-
-                def advances(oldest_seq, completing=0):
-                    """Message ``oldest_seq`` of ``complete_job`` is held and complete (``completing``: it is being
-                    completed in this clock)."""
-                    message = complete_job * K + oldest_seq[:k_bits]
-                    return (msg_busy[message] & (msg_seq[message] == oldest_seq[:32])
-                            & (msg_complete[message] | completing))
+                oldest_at = complete_job * K + advance_oldest[:k_bits]
+                after_at = complete_job * K + oldest_after[complete_job][:k_bits]
                 with m.State("COMPLETE"):
                     # the message completes with its contributors: their sum, and a result to every worker's receiver
                     m.d.comb += lossy_changing.eq(1)
@@ -1597,7 +1617,9 @@ class StatusMonitor(wiring.Component):
                                          new_request.beats.eq(new_descriptor.beats),
                                          new_request.mask.eq(complete_bitmap)]
                         # (whether the job's oldest message is complete now: this one, or one completed before)
-                        m.d.sync += advancing.eq(advances(advance_oldest, complete_k == advance_oldest[:k_bits]))
+                        m.d.sync += advancing.eq(complete_oldest.bit_select(oldest_at, 1)
+                                                 | (holds_oldest.bit_select(oldest_at, 1)
+                                                    & (complete_k == advance_oldest[:k_bits])))
                         m.next = "ADVANCE"
                 with m.State("ADVANCE"):
                     # the job's oldest message completed: the window moves on, and every worker gets a CREDIT; whether
@@ -1613,7 +1635,7 @@ class StatusMonitor(wiring.Component):
                                      new_descriptor.job.eq(complete_job), new_descriptor.all.eq(1),
                                      new_descriptor.workers.eq(job_n[complete_job]),
                                      new_descriptor.value.eq(advance_oldest + W_lossy)]
-                        m.d.sync += advancing.eq(advances(advance_oldest + 1))
+                        m.d.sync += advancing.eq(complete_after.bit_select(after_at, 1))
             with m.State("RELEASE_READ"):
                 m.d.sync += release_row.eq(release_row_now)
                 m.next = "RELEASE_CHECK"

@@ -8,8 +8,10 @@ counts one out (``sent``) when it has issued the descriptor's last word; both ma
 
 ``all_sent[i]`` is ``count[i] == 0``, kept in a register of its own beside the count and set from the count's
 comparisons with 0 and 1, in parallel with the strobes, so that a decision that reads it runs through no
-comparison of the count; the strobes only choose between the count, one up and one down. ``COUNT_BITS``: a
-message's descriptors in flight are fewer than the descriptor queue and the emitter hold, far fewer than 2^8.
+comparison of the count; the strobes only choose between the count, one up and one down. ``all_sent_next`` is
+what ``all_sent`` holds from the next clock (the strobes applied), for a reader that registers a decision made
+of it. ``COUNT_BITS``: a message's descriptors in flight are fewer than the descriptor queue and the emitter
+hold, far fewer than 2^8.
 """
 
 from amaranth.hdl import Module, Signal
@@ -26,7 +28,7 @@ def message_strobe_layout(messages):
 
 class UnsentResults(wiring.Component):
     """``UnsentResults(messages)``. Ports: ``queued`` and ``sent`` (``valid``, ``message``) in; ``all_sent``
-    (a bit per message, 1 from reset) out."""
+    (a bit per message, 1 from reset) and ``all_sent_next`` (its value from the next clock) out."""
 
     COUNT_BITS = 8
 
@@ -37,6 +39,7 @@ class UnsentResults(wiring.Component):
             "queued": In(strobe),
             "sent": In(strobe),
             "all_sent": Out(messages, init=(1 << messages) - 1),
+            "all_sent_next": Out(messages),
         })
 
     def elaborate(self, platform):
@@ -49,8 +52,12 @@ class UnsentResults(wiring.Component):
             up = Signal(self.COUNT_BITS, name=f"unsent_up_{i}")
             down = Signal(self.COUNT_BITS, name=f"unsent_down_{i}")
             m.d.comb += [up.eq(count + 1), down.eq(count - 1)]
+            m.d.comb += self.all_sent_next[i].eq(self.all_sent[i])
             with m.If(added & ~subtracted):
-                m.d.sync += [count.eq(up), self.all_sent[i].eq(0)]
+                m.d.sync += count.eq(up)
+                m.d.comb += self.all_sent_next[i].eq(0)
             with m.Elif(subtracted & ~added):
-                m.d.sync += [count.eq(down), self.all_sent[i].eq(count == 1)]
+                m.d.sync += count.eq(down)
+                m.d.comb += self.all_sent_next[i].eq(count == 1)
+        m.d.sync += self.all_sent.eq(self.all_sent_next)
         return m
