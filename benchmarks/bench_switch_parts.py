@@ -1,14 +1,16 @@
 """Each component of the switch placed and routed alone on the ECP5-85; prints one JSON object.
 
     python benchmarks/bench_switch_parts.py [--parts NAME ...] [--ports P] [--message-slots K]
-                                            [--message-packets M] [--no-bounded-loss] [--seed S]
+                                            [--message-packets M] [--no-bounded-loss] [--adder-stages A]
+                                            [--seed S]
                                             [--placer heap|static] [--no-route]
                                             [--xilinx-card | --xilinx-port-width W]
 
 The switch is the one the 156.25 MHz goal is set for: 64 bits, 2 ports, 4 workers, 1 job, an 8-message
 window (MTU 1024, 4-packet messages, ``max_frame`` 2048), RoCE over IPv4 only as on the boards
 (``bench_switch.py --synth``; ``--message-slots`` and ``--message-packets`` give another window, and
-``--no-bounded-loss`` leaves that class out, to see what the per-message and per-packet-slot state costs).
+``--no-bounded-loss`` leaves that class out, to see what the per-message and per-packet-slot state costs;
+``--adder-stages`` gives the adder tree's adders another depth than the switch's default).
 It is elaborated once, and each of its named parts (``hw.switch.top.NetReduceSwitch``'s submodules, with the
 very parameters the top gives them) goes through
 ``netreduce.synth.synth_ecp5`` on its own: Yosys ``synth_ecp5``, nextpnr-ecp5 on an LFE5U-85F (CABGA381, speed
@@ -46,12 +48,15 @@ warnings.filterwarnings("ignore", message=".* created but never used")
 
 
 def switch_parts(ports, message_slots=SYNTH_MESSAGE_SLOTS, message_packets=MESSAGE_PACKETS, bounded_loss=True,
-                 card=False, xilinx_port_width=None):
+                 card=False, xilinx_port_width=None, adder_stages=None):
     """The named parts of the issue's 64-bit switch with ``ports`` ports (and ``message_slots`` of
-    ``message_packets``, with or without the ``bounded_loss`` class), with ``card`` of the Alveo card's switch,
+    ``message_packets``, with or without the ``bounded_loss`` class, its adders of ``adder_stages`` if given), with
+    ``card`` of the Alveo card's switch,
     with ``xilinx_port_width`` of the 512-bit core with 4 ports that wide: ``(parameters, {name: component})``,
     each part a ``wiring.Component`` the top instantiates (its memories, which hold no logic, are left out)."""
     chosen = {"message_slots": message_slots, "message_packets": message_packets, "bounded_loss": bounded_loss}
+    if adder_stages is not None:
+        chosen["adder_stages"] = adder_stages
     if card or xilinx_port_width:
         parameters = xilinx_parameters(card=card, port_width=xilinx_port_width, **chosen)
     else:
@@ -77,6 +82,7 @@ def main(argv=None):
     parser.add_argument("--message-packets", type=int, default=MESSAGE_PACKETS,
                         help="a message's packets (default: 4)")
     parser.add_argument("--no-bounded-loss", action="store_true", help="without the bounded-loss class")
+    parser.add_argument("--adder-stages", type=int, help="each adder's pipeline depth (default: the switch's)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--placer", choices=("heap", "static"), default="static",
                         help="nextpnr's placer (static: the parts route in minutes, where router1 can take an hour "
@@ -90,7 +96,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from netreduce.synth import SynthesisError, native_yosys, synth_ecp5, synth_xilinx_estimate
     parameters, parts = switch_parts(args.ports, args.message_slots, args.message_packets, not args.no_bounded_loss,
-                                     card=args.xilinx_card, xilinx_port_width=args.xilinx_port_width)
+                                     card=args.xilinx_card, xilinx_port_width=args.xilinx_port_width,
+                                     adder_stages=args.adder_stages)
     names = args.parts or list(parts)
     unknown = sorted(set(names) - set(parts))
     if unknown:
