@@ -899,7 +899,10 @@ class StatusMonitor(wiring.Component):
 
         by_facts = [decide_from_plan(Const(agg, 1), Const(ends, 1)) for agg in (0, 1) for ends in (0, 1)]
         checking = Signal()         # the monitor is in CONTROL: a control frame's request is decided
-        lossy_committing = Signal()     # the monitor is in LOSSY: a bounded-loss contribution is decided
+        # the monitor is in LOSSY (``lossy_deciding``: what ``intended`` reads, from the state alone) and commits
+        # the bounded-loss contribution there in this clock (``lossy_committing``: what its outcome needs)
+        lossy_deciding = Signal()
+        lossy_committing = Signal()
         # its decision (LOSSY)
         lossy_go = Signal()
         lossy_reason = Signal(range(len(COUNTERS)))
@@ -907,7 +910,7 @@ class StatusMonitor(wiring.Component):
         last_outcome = Signal(Outcome)      # ``intended`` at the last beat, for COMMIT
         m.d.comb += intended.eq(Mux(managing, Outcome.MANAGE,
                                     Mux(checking, Mux(request.results, Outcome.RESULT_REQUEST, Outcome.CREDIT),
-                                        Mux(lossy_committing, Outcome.LOSSY, by_facts[0b11][0]))))
+                                        Mux(lossy_deciding, Outcome.LOSSY, by_facts[0b11][0]))))
         if plans_acks_at_take:
             # From the state and the plan alone, not from whether the commit happens in this clock (its beat, the
             # slots it waits on): what it chooses reaches only a header taken in this clock (``ack_plan``), which
@@ -1546,6 +1549,7 @@ class StatusMonitor(wiring.Component):
                                                    & (lossy_beat < Pb))
                     m.next = "LOSSY"
                 with m.State("LOSSY"):
+                    m.d.comb += lossy_deciding.eq(1)
                     with m.If(~lossy_go | probe.held | reopen_clear(plan.job)):
                         m.d.comb += lossy_committing.eq(1)
                         commit(0, last_facts, intended, ("LOSSY",))
