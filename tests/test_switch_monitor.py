@@ -26,6 +26,7 @@ restarted beside results whose PSNs were read before it: they keep the sequence 
 the emitter's part played, and with the real emitter).
 """
 
+import collections
 import random
 
 import numpy as np
@@ -828,3 +829,98 @@ def test_a_job_restarted_in_random_traffic(width, data):
     as in the model restarted between them (the frames, descriptors and counters of ``run_against_model``)."""
     fabric, frames, index, clocks = data.draw(lossy_traffic_and_a_restart(width))
     restarted_between(width, frames, fabric, index, clocks, register_writes("job", 0, enable=1), generated=True)
+
+
+@pytest.mark.parametrize("width", [64])
+def test_a_contribution_waits_for_its_bank_while_its_results_are_unsent(width):
+    """A bank word is written only once the sum that reads it has left. Message 0 completes at its deadline
+    with workers 0 and 1, and its results are reported sent (``results_sent``) long after; then worker 2
+    (whose word is not in message 0) contributes to message 3 and, right behind it, worker 0 to message 4,
+    which message 0's slot holds next: worker 0's contribution waits at its key beat until message 0's results
+    have left and then writes its whole payload into its bank, so that message 4's sum reads each worker's
+    message-4 words, none left from message 0. (At 64 bits only: at 512 bits this run does not reach its fourth
+    sum request within 20,000 clocks, not yet explained; see the tracker's stop note.)"""
+    deadline, results_delay = 150, 600
+    fabric = fabric_of(deadline=deadline)
+    frames = []
+    data, _ = builders(fabric, frames, np.random.default_rng(12))
+    for w in (0, 1):
+        data(w, 0, 0, job=JOB)                  # message 0: workers 0 and 1 only, complete at its deadline
+    for w in range(WORKERS):
+        data(w, 1, 0, job=JOB)                  # complete
+    filler_beats = -(-len(NOT_ROCE) // (width // 8))
+    frames += [(0, NOT_ROCE)] * (2 * deadline // filler_beats)      # past message 0's deadline: the window
+    for w in range(WORKERS):                                        # (of SLOTS / 2 messages) moves on to 2
+        data(w, 2, 0, job=JOB)                  # complete: the window moves on to 3
+    data(2, 3, 0, job=JOB)
+    late = len(frames)
+    for w in (0, 1, 2):
+        data(w, 4, 0, job=JOB)                  # message 4, in message 0's slot: complete, summed
+
+    bench, sim = shared_simulator(("monitor", width, MTU, True), lambda: MonitorBench(width, MTU, True))
+    monitor, regs = bench.monitor, bench.registers
+    configured, clock = [], [0]
+    beats = collections.defaultdict(list)       # frame index: the payload words the monitor took
+    banks = {}                                  # (worker, packet slot, beat): the word last written there
+    sent_at, writes_at, summed = {}, collections.defaultdict(list), []
+
+    async def configure_then_send(ctx):
+        await write_registers(ctx, regs.csr, switch_config_writes(fabric.config, WORKERS))
+        await ctx.tick().repeat(2)
+        configured.append(True)
+        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8)(ctx)
+
+    async def send_ports(ctx):
+        while not configured:
+            await ctx.tick()
+        await send_records(bench.match.port, [port for port, _ in frames])(ctx)
+
+    async def emitter(ctx):
+        """Takes every descriptor, reads the forwarded frames out of the ring, and reports each message's
+        results sent ``results_delay`` clocks after their descriptor."""
+        read, due = 0, []
+        ctx.set(monitor.descriptors.ready, 1)
+        while True:
+            ctx.set(monitor.results_sent.valid, 0)
+            if ctx.get(monitor.descriptors.valid):
+                d = ctx.get(monitor.descriptors.payload)
+                if Emission(d.kind) is Emission.FORWARD:
+                    read += int(d.beats)
+                    ctx.set(monitor.ring_read, read % (1 << len(monitor.ring_read)))
+                if Emission(d.kind) is Emission.RESULTS:
+                    due.append((clock[0] + results_delay, int(d.job) * SLOTS + int(d.k)))
+            if due and due[0][0] <= clock[0]:
+                _, message = due.pop(0)
+                ctx.set(monitor.results_sent, {"valid": 1, "message": message})
+                sent_at.setdefault(message, []).append(clock[0])
+            await ctx.tick()
+
+    async def watch(ctx):
+        frame = 0
+        ctx.set(monitor.sum_requests.ready, 1)
+        while True:
+            payload, write = monitor.payload, monitor.slot_write
+            if ctx.get(payload.valid) and ctx.get(payload.ready):
+                beats[frame].append(ctx.get(payload.payload.data))
+                frame += ctx.get(payload.payload.last)
+            if ctx.get(write.valid):
+                key = (ctx.get(write.worker), ctx.get(write.slot), ctx.get(write.beat))
+                banks[key] = ctx.get(write.data)
+                writes_at[key[:2]].append(clock[0])
+            if ctx.get(monitor.sum_requests.valid):
+                request = ctx.get(monitor.sum_requests.payload)
+                summed.append((int(request.slot), int(request.mask), dict(banks), clock[0]))
+            clock[0] += 1
+            await ctx.tick()
+
+    run(bench, [configure_then_send, send_ports], [emitter, watch],
+        until_idle=lambda: len(summed) == 4, max_cycles=20_000, sim=sim)
+    slot0 = 0                                   # (packet slot 0 of message slot 0: messages 0 and 4)
+    assert [(slot, mask) for slot, mask, _, _ in summed] == [(1 * PACKETS, 0b111), (slot0, 0b011),
+                                                            (2 * PACKETS, 0b111), (slot0, 0b111)]
+    (_, _, banks_then, _), message0_summed, message0_sent = summed[3], summed[1][3], sent_at[0][0]
+    # worker 0's words of message 4 went in after message 0's results left, not before
+    assert message0_summed < message0_sent < min(t for t in writes_at[0, slot0] if t > message0_summed)
+    for w in range(WORKERS):
+        words = beats[late + w]
+        assert [banks_then[w, slot0, b] for b in range(len(words))] == words, f"worker {w}"
