@@ -241,6 +241,58 @@ def sum_descriptors(descriptors):
     return [d for d in descriptors if Emission(d.kind) is Emission.RESULTS and not d.resend]
 
 
+def configured_senders(bench, fabric, frames, width, idle=0, configured=None):
+    """The bench's two sources: the switch's configuration written (then an item appended to ``configured``),
+    then ``frames`` (``(port, frame)`` each) offered to the parser and their ports to the match, with ``idle``
+    clocks between them."""
+    configured = [] if configured is None else configured
+
+    async def configure_then_send(ctx):
+        await write_registers(ctx, bench.registers.csr, switch_config_writes(fabric.config, WORKERS))
+        await ctx.tick().repeat(2)
+        configured.append(True)
+        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8, idle=idle, seed=4)(ctx)
+
+    async def send_ports(ctx):
+        while not configured:
+            await ctx.tick()
+        await send_records(bench.match.port, [port for port, _ in frames], idle=idle / 2, seed=5)(ctx)
+
+    return [configure_then_send, send_ports]
+
+
+def descriptor_taker(monitor, descriptors=None, *, backpressure=0.0, hold=0, results_delay=0, sent_at=None):
+    """The emitter's part: take descriptors (into ``descriptors``), with ``backpressure`` and none in the first
+    ``hold`` clocks; read each FORWARD frame's words out of the packet ring (its read pointer moves on by the
+    frame's beats); report each RESULTS descriptor's message sent ``results_delay`` clocks after it is taken
+    (the clock of each report, from the start of the run, into ``sent_at``: message, its clocks)."""
+    async def take(ctx):
+        rng, read, due, clock = random.Random(6), 0, [], hold
+        if hold:
+            await ctx.tick().repeat(hold)
+        while True:
+            ready = rng.random() >= backpressure
+            ctx.set(monitor.descriptors.ready, ready)
+            ctx.set(monitor.results_sent.valid, 0)
+            if ready and ctx.get(monitor.descriptors.valid):
+                d = ctx.get(monitor.descriptors.payload)
+                if descriptors is not None:
+                    descriptors.append(d)
+                if Emission(d.kind) is Emission.FORWARD:
+                    read += int(d.beats)
+                    ctx.set(monitor.ring_read, read % (1 << len(monitor.ring_read)))
+                if Emission(d.kind) is Emission.RESULTS:
+                    due.append((clock + results_delay, int(d.job) * SLOTS + int(d.k)))
+            if due and due[0][0] <= clock:
+                _, message = due.pop(0)
+                ctx.set(monitor.results_sent, {"valid": 1, "message": message})
+                if sent_at is not None:
+                    sent_at.setdefault(message, []).append(clock)
+            clock += 1
+            await ctx.tick()
+    return take
+
+
 def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU, restart=None,
                       restart_timing=None, bounded_loss=True):
     """Send ``frames`` (``(port, frame)`` each) through the bench (built for ``mtu``), offered with ``idle``
@@ -254,23 +306,10 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
     enable in, and those it took each header from ``frames`` in; ``restart_timing`` is called with the last two
     before anything is compared (the comparison holds only where the restart fell after frame i). Without
     ``bounded_loss`` the bench's monitor and registers are built without that class."""
-    config_writes = switch_config_writes(fabric.config, WORKERS)
     bench, sim = shared_simulator(("monitor", width, mtu, bounded_loss),
                                   lambda: MonitorBench(width, mtu, bounded_loss))
     monitor, regs = bench.monitor, bench.registers
-    descriptors, headers, requests = [], [], []
-    configured = []
-
-    async def configure_then_send(ctx):
-        await write_registers(ctx, regs.csr, config_writes)
-        await ctx.tick().repeat(2)
-        configured.append(True)
-        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8, idle=idle, seed=4)(ctx)
-
-    async def send_ports(ctx):
-        while not configured:
-            await ctx.tick()
-        await send_records(bench.match.port, [port for port, _ in frames], idle=idle / 2, seed=5)(ctx)
+    descriptors, headers, requests, configured = [], [], [], []
 
     restarted_at = []
 
@@ -292,26 +331,6 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
             if ctx.get(payload.valid) and ctx.get(payload.ready) and ctx.get(payload.payload.last):
                 frames_done += 1
             clock += 1
-            await ctx.tick()
-
-    async def take_descriptors(ctx):
-        """The emitter's part: take descriptors, with backpressure; read each FORWARD frame's words out of the
-        packet ring (its read pointer moves on by the frame's beats); report each RESULTS descriptor sent."""
-        rng, read = random.Random(6), 0
-        if hold:
-            await ctx.tick().repeat(hold)
-        while True:
-            ready = rng.random() >= backpressure
-            ctx.set(monitor.descriptors.ready, ready)
-            ctx.set(monitor.results_sent.valid, 0)
-            if ready and ctx.get(monitor.descriptors.valid):
-                d = ctx.get(monitor.descriptors.payload)
-                descriptors.append(d)
-                if Emission(d.kind) is Emission.FORWARD:
-                    read += int(d.beats)
-                    ctx.set(monitor.ring_read, read % (1 << len(monitor.ring_read)))
-                if Emission(d.kind) is Emission.RESULTS:
-                    ctx.set(monitor.results_sent, {"valid": 1, "message": int(d.job) * SLOTS + int(d.k)})
             await ctx.tick()
 
     counters_now, last_beats, stored_headers, stored, header_takes, enabled_at = [], [], [], [], [], []
@@ -350,8 +369,9 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
                 len(requests) >= len(sum_descriptors(descriptors)):
             settled.append(True)
         return len(settled) > 4
-    run(bench, [configure_then_send, send_ports, *([restart_job] if restart else [])],
-        [take_descriptors,
+    run(bench, [*configured_senders(bench, fabric, frames, width, idle, configured),
+                *([restart_job] if restart else [])],
+        [descriptor_taker(monitor, descriptors, backpressure=backpressure, hold=hold),
          collect_records(bench.records.headers, headers, backpressure=backpressure, seed=7),
          collect_records(monitor.sum_requests, requests, backpressure=backpressure, seed=8), watch],
         until_idle=done, max_cycles=3_000 + hold, sim=sim)
@@ -858,42 +878,11 @@ def test_a_contribution_waits_for_its_bank_while_its_results_are_unsent(width):
         data(w, 4, 0, job=JOB)                  # message 4, in message 0's slot: complete, summed
 
     bench, sim = shared_simulator(("monitor", width, MTU, True), lambda: MonitorBench(width, MTU, True))
-    monitor, regs = bench.monitor, bench.registers
-    configured, clock = [], [0]
+    monitor = bench.monitor
+    clock = [0]
     beats = collections.defaultdict(list)       # frame index: the payload words the monitor took
     banks = {}                                  # (worker, packet slot, beat): the word last written there
     sent_at, writes_at, summed = {}, collections.defaultdict(list), []
-
-    async def configure_then_send(ctx):
-        await write_registers(ctx, regs.csr, switch_config_writes(fabric.config, WORKERS))
-        await ctx.tick().repeat(2)
-        configured.append(True)
-        await send_frames(bench.parser.i, [frame for _, frame in frames], width // 8)(ctx)
-
-    async def send_ports(ctx):
-        while not configured:
-            await ctx.tick()
-        await send_records(bench.match.port, [port for port, _ in frames])(ctx)
-
-    async def emitter(ctx):
-        """Takes every descriptor, reads the forwarded frames out of the ring, and reports each message's
-        results sent ``results_delay`` clocks after their descriptor."""
-        read, due = 0, []
-        ctx.set(monitor.descriptors.ready, 1)
-        while True:
-            ctx.set(monitor.results_sent.valid, 0)
-            if ctx.get(monitor.descriptors.valid):
-                d = ctx.get(monitor.descriptors.payload)
-                if Emission(d.kind) is Emission.FORWARD:
-                    read += int(d.beats)
-                    ctx.set(monitor.ring_read, read % (1 << len(monitor.ring_read)))
-                if Emission(d.kind) is Emission.RESULTS:
-                    due.append((clock[0] + results_delay, int(d.job) * SLOTS + int(d.k)))
-            if due and due[0][0] <= clock[0]:
-                _, message = due.pop(0)
-                ctx.set(monitor.results_sent, {"valid": 1, "message": message})
-                sent_at.setdefault(message, []).append(clock[0])
-            await ctx.tick()
 
     async def watch(ctx):
         frame = 0
@@ -913,7 +902,8 @@ def test_a_contribution_waits_for_its_bank_while_its_results_are_unsent(width):
             clock[0] += 1
             await ctx.tick()
 
-    run(bench, [configure_then_send, send_ports], [emitter, watch],
+    run(bench, configured_senders(bench, fabric, frames, width),
+        [descriptor_taker(monitor, results_delay=results_delay, sent_at=sent_at), watch],
         until_idle=lambda: len(summed) == 4, max_cycles=20_000, sim=sim)
     slot0 = 0                                   # (packet slot 0 of message slot 0: messages 0 and 4)
     assert [(slot, mask) for slot, mask, _, _ in summed] == [(1 * PACKETS, 0b111), (slot0, 0b011),
