@@ -625,6 +625,40 @@ def test_frames_of_no_connection_back_to_back_after_a_stall():
     assert min(gaps) <= 2, gaps
 
 
+@pytest.mark.parametrize("width", [64, 512])
+def test_every_frame_in_flight_has_its_arrival_stamp(width):
+    """Each frame's arrival is stamped as its first beat enters the parser, into ``Deadlines``' FIFO of
+    ``DEPTH`` stamps and its two head registers, and the stamp leaves as the monitor takes the header: the
+    frames between the two can never outnumber them, or a stamp would be lost and every later frame's
+    deadline read from the wrong one. The frames that fill the pipeline most are the smallest (one beat at
+    512 bits and more): 200 of them back to back while the emitter takes no descriptor for 3,000 clocks (the
+    monitor's queue full, the parser's buffers behind it), then every one of them through."""
+    from netreduce.hw.switch.deadlines import Deadlines
+    fabric, frames = fabric_of(deadline=1 << 30), [(0, NOT_ROCE)] * 200
+    bench, sim = shared_simulator(("monitor", width, MTU, True), lambda: MonitorBench(width, MTU, True))
+    monitor, parser = bench.monitor, bench.parser
+    counts = {"arrived": 0, "taken": 0, "in_flight": 0, "clock": 0}
+
+    async def watch(ctx):
+        while True:
+            if counts["clock"] == 3_000:
+                counts["arrived_in_the_stall"] = counts["arrived"]
+            counts["clock"] += 1
+            if ctx.get(parser.i.valid) and ctx.get(parser.i.ready) and ctx.get(parser.i.payload.first):
+                counts["arrived"] += 1
+            if ctx.get(monitor.frames.valid) and ctx.get(monitor.frames.ready):
+                counts["taken"] += 1
+            counts["in_flight"] = max(counts["in_flight"], counts["arrived"] - counts["taken"])
+            await ctx.tick()
+
+    run(bench, configured_senders(bench, fabric, frames, width),
+        [descriptor_taker(monitor, hold=3_000), collect_records(bench.records.headers, [], seed=7), watch],
+        until_idle=lambda: counts["taken"] == len(frames), max_cycles=10_000, sim=sim)
+    # (the stall filled the pipeline: the parser stopped taking frames before the emitter went on)
+    assert counts["arrived_in_the_stall"] < counts["arrived"] == len(frames), counts
+    assert counts["in_flight"] <= Deadlines.DEPTH + 2, counts
+
+
 def payload_beats(frame, width):
     """The beats of ``frame``'s payload into the monitor, counted from its bytes (the parser's alignment may
     leave it a beat more)."""

@@ -45,8 +45,10 @@ __all__ = ["Deadlines"]
 class Deadlines(wiring.Component):
     """``Deadlines(*, jobs, message_slots)`` (module documentation)."""
 
-    # frames between the arbiter and the monitor: the arbiter's 32, the match's 5, the parser's (two more in the
-    # head's registers)
+    # frames between the parser's input (where they are stamped, at the arbiter's output) and the monitor's take
+    # (two more in the head's registers): those the parser's buffers hold, most where each is one beat, 6 at 64
+    # bits and 28 at 512 behind a stalled monitor (tests/test_switch_monitor.py,
+    # ``test_every_frame_in_flight_has_its_arrival_stamp``)
     DEPTH = 64
     IDLE_MARGIN = 3     # at least the clocks from a first beat's arrival to its stamp at the head (2)
 
