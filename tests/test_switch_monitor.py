@@ -23,8 +23,9 @@ bounded-loss contributions back to back, the same checks; at 512 bits each contr
 beat are counted (``test_back_to_back_contributions``). A fourth restarts the bounded-loss job in the clocks
 around a contribution's last beat: the restart applies after that frame. Last, a bounded-loss connection
 restarted beside results whose PSNs were read before it: they keep the sequence before it (the monitor with
-the emitter's part played, and with the real emitter); and a contribution that waits at its key beat for a
-bank whose sum's results are not yet sent.
+the emitter's part played, and with the real emitter); a contribution that waits at its key beat for a
+bank whose sum's results are not yet sent; and the smallest frames behind a stall, never more of them between
+the parser's input and the monitor than ``Deadlines`` holds arrival stamps for.
 """
 
 import collections
