@@ -41,6 +41,7 @@ from netreduce.host.packets import build_ack
 from netreduce.host.protocol import AggHeader, ip_to_int
 from netreduce.hw.egress import EgressQueues
 from netreduce.hw.parser import RoceParser
+from netreduce.hw.switch.deadlines import Deadlines
 from netreduce.hw.switch.emitter import Emission, Emitter, StoredHeader, stored_header_fields
 from netreduce.hw.switch.match import ConnectionMatch
 from netreduce.hw.switch.monitor import StatusMonitor
@@ -263,11 +264,16 @@ def configured_senders(bench, fabric, frames, width, idle=0, configured=None):
     return [configure_then_send, send_ports]
 
 
-def descriptor_taker(monitor, descriptors=None, *, backpressure=0.0, hold=0, results_delay=0, sent_at=None):
-    """The emitter's part: take descriptors (into ``descriptors``), with ``backpressure`` and none in the first
-    ``hold`` clocks; read each FORWARD frame's words out of the packet ring (its read pointer moves on by the
-    frame's beats); report each RESULTS descriptor's message sent ``results_delay`` clocks after it is taken
-    (the clock of each report, from the start of the run, into ``sent_at``: message, its clocks)."""
+def emitter_part(bench, descriptors=None, headers=None, *, backpressure=0.0, hold=0, results_delay=0,
+                 sent_at=None):
+    """The emitter's part, two processes: take descriptors (into ``descriptors``), with ``backpressure`` and none
+    in the first ``hold`` clocks; read each FORWARD frame's words out of the packet ring (its read pointer moves
+    on by the frame's beats); report each RESULTS descriptor's message sent ``results_delay`` clocks after it is
+    taken (the clock of each report, from the start of the run, into ``sent_at``: message, its clocks); and take
+    the header record of each frame that goes on (into ``headers``), with ``backpressure``. Without the records
+    taken, the records' fates queue fills and the monitor stops committing."""
+    monitor = bench.monitor
+
     async def take(ctx):
         rng, read, due, clock = random.Random(6), 0, [], hold
         if hold:
@@ -292,7 +298,8 @@ def descriptor_taker(monitor, descriptors=None, *, backpressure=0.0, hold=0, res
                     sent_at.setdefault(message, []).append(clock)
             clock += 1
             await ctx.tick()
-    return take
+    return [take, collect_records(bench.records.headers, [] if headers is None else headers,
+                                  backpressure=backpressure, seed=7)]
 
 
 def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=MTU, restart=None,
@@ -373,8 +380,7 @@ def run_against_model(width, fabric, frames, *, idle, backpressure, hold=0, mtu=
         return len(settled) > 4
     run(bench, [*configured_senders(bench, fabric, frames, width, idle, configured),
                 *([restart_job] if restart else [])],
-        [descriptor_taker(monitor, descriptors, backpressure=backpressure, hold=hold),
-         collect_records(bench.records.headers, headers, backpressure=backpressure, seed=7),
+        [*emitter_part(bench, descriptors, headers, backpressure=backpressure, hold=hold),
          collect_records(monitor.sum_requests, requests, backpressure=backpressure, seed=8), watch],
         until_idle=done, max_cycles=3_000 + hold, sim=sim)
 
@@ -634,7 +640,6 @@ def test_every_frame_in_flight_has_its_arrival_stamp(width):
     deadline read from the wrong one. The frames that fill the pipeline most are the smallest (one beat at
     512 bits and more): 200 of them back to back while the emitter takes no descriptor for 3,000 clocks (the
     monitor's queue full, the parser's buffers behind it), then every one of them through."""
-    from netreduce.hw.switch.deadlines import Deadlines
     fabric, frames = fabric_of(deadline=1 << 30), [(0, NOT_ROCE)] * 200
     bench, sim = shared_simulator(("monitor", width, MTU, True), lambda: MonitorBench(width, MTU, True))
     monitor, parser = bench.monitor, bench.parser
@@ -653,7 +658,7 @@ def test_every_frame_in_flight_has_its_arrival_stamp(width):
             await ctx.tick()
 
     run(bench, configured_senders(bench, fabric, frames, width),
-        [descriptor_taker(monitor, hold=3_000), collect_records(bench.records.headers, [], seed=7), watch],
+        [*emitter_part(bench, hold=3_000), watch],
         until_idle=lambda: counts["taken"] == len(frames), max_cycles=10_000, sim=sim)
     # (the stall filled the pipeline: the parser stopped taking frames before the emitter went on)
     assert counts["arrived_in_the_stall"] < counts["arrived"] == len(frames), counts
@@ -939,8 +944,7 @@ def test_a_contribution_waits_for_its_bank_while_its_results_are_unsent(width):
             await ctx.tick()
 
     run(bench, configured_senders(bench, fabric, frames, width),
-        [descriptor_taker(monitor, results_delay=results_delay, sent_at=sent_at), watch,
-         collect_records(bench.records.headers, [], seed=7)],
+        [*emitter_part(bench, results_delay=results_delay, sent_at=sent_at), watch],
         until_idle=lambda: len(summed) == 4, max_cycles=20_000, sim=sim)
     slot0 = 0                                   # (packet slot 0 of message slot 0: messages 0 and 4)
     assert [(slot, mask) for slot, mask, _, _ in summed] == [(1 * PACKETS, 0b111), (slot0, 0b011),
