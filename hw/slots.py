@@ -41,9 +41,11 @@ Timing:
   read, so a stream of requests of ``b_0, b_1, ...`` beats runs at one beat per clock without bubbles.
   A request taken in clock ``t`` reads its beats in clocks ``t+1 .. t+beats``; its ``sum_done`` is valid
   from clock ``t + latency + beats - 1``.
-* ``latency`` (attribute) = ``tree.latency + 3`` clocks from the request handshake to its ``sum_done``
-  for a one-beat request: the address register, the bank read, the tree, and the done count. For the
-  defaults (8 workers, 5 adder stages) it is 1 + 3*5 + 1 + 3 = 20.
+* ``latency`` (attribute) = ``tree.latency + 4`` clocks from the request handshake to its ``sum_done``
+  for a one-beat request: the address register, the bank read, the bank data register (each bank's read
+  goes straight into a register: a block RAM's output comes late in the clock, and the tree's first logic
+  is then a clock away from it), the tree, and the done count. For the defaults (8 workers, 5 adder
+  stages) it is 1 + 3*5 + 1 + 4 = 21.
 * Flow control: every request takes a done token from the handshake until its ``sum_done`` is taken;
   ``done_depth = latency + 1`` tokens, which is enough for one-beat requests at full rate while
   ``sum_done`` is always ready. ``sum_request.ready`` drops when every token is taken, so a consumer that
@@ -165,7 +167,7 @@ class SlotMemory(wiring.Component):
                               ftz=self.ftz, backpressure=False, user_width=self.result_addr_bits + 1)
         self.tree._MustUse__silence = True     # elaborated with this component, which warns if unused
         self.lanes = self.tree.lanes
-        self.latency = self.tree.latency + 3
+        self.latency = self.tree.latency + 4
         self.done_depth = self.latency + 1
 
         write_signature = slot_write_signature(width, workers, slots, packet_beats)
@@ -262,27 +264,38 @@ class SlotMemory(wiring.Component):
         for bank_read in bank_reads:
             m.d.comb += [bank_read.en.eq(busy), bank_read.addr.eq(read_address)]
 
-        # the clock of the bank data: into the tree, with what travels along
+        # the clock of the bank data, then its register: into the tree, with what travels along
         read_valid = Signal()
         read_mask = Signal(self.workers, reset_less=True)
         read_result_address = Signal(self.result_addr_bits, reset_less=True)
         read_last = Signal(reset_less=True)
+        bank_valid = Signal()
+        bank_mask = Signal(self.workers, reset_less=True)
+        bank_result_address = Signal(self.result_addr_bits, reset_less=True)
+        bank_last = Signal(reset_less=True)
+        bank_data = [Signal(self.width, name=f"bank{w}_data", reset_less=True) for w in range(self.workers)]
         m.d.sync += [
             read_valid.eq(busy),
             read_mask.eq(mask),
             read_result_address.eq(result_address),
             read_last.eq(last_read),
+            bank_valid.eq(read_valid),
+            bank_mask.eq(read_mask),
+            bank_result_address.eq(read_result_address),
+            bank_last.eq(read_last),
         ]
+        for data_register, bank_read in zip(bank_data, bank_reads, strict=True):
+            m.d.sync += data_register.eq(bank_read.data)
 
         tree = m.submodules.tree = self.tree
         m.d.comb += [
-            tree.i.valid.eq(read_valid),
-            tree.i.payload.mask.eq(read_mask),
-            tree.i.payload.user.eq(Cat(read_result_address, read_last)),
+            tree.i.valid.eq(bank_valid),
+            tree.i.payload.mask.eq(bank_mask),
+            tree.i.payload.user.eq(Cat(bank_result_address, bank_last)),
             tree.o.ready.eq(1),
         ]
-        for w, bank_read in enumerate(bank_reads):
-            m.d.comb += tree.i.payload.data[w].eq(bank_read.data)
+        for w, data_register in enumerate(bank_data):
+            m.d.comb += tree.i.payload.data[w].eq(data_register)
 
         # -- result memory ------------------------------------------------------------------------------
         results = Memory(shape=self.width, depth=self.result_depth, init=[])

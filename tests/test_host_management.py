@@ -34,7 +34,7 @@ ADDRESS = management_address(switch_mac="02:4e:52:00:00:fe", switch_ip="10.0.255
                              manager_mac="02:00:00:00:99:01", manager_ip="10.0.99.1", manager_port=5000)
 # NetReduceSwitch(workers=4, jobs=2, ports=2).parameters, written out: the model does not need the RTL
 BUILD = {"width": 64, "workers": 4, "jobs": 2, "dtype": "fp32", "ftz": False, "mtu": 1024, "message_packets": 4,
-         "message_slots": 4, "max_frame": 9216, "adder_stages": 5, "ports": 2, "forwarding_entries": 16,
+         "message_slots": 4, "max_frame": 9216, "adder_stages": 7, "ports": 2, "forwarding_entries": 16,
          "egress_queues": 4, "egress_buffer": 16384, "egress_weighted": False}
 MANAGER_PORT = 1
 

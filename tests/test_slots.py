@@ -282,13 +282,13 @@ def test_512_bit_datapath():
 
 
 def test_back_to_back_one_beat_per_clock():
-    """Default depths (latency 20): requests back to back, sum_done always ready. Request i is taken
+    """Default depths (latency 21): requests back to back, sum_done always ready. Request i is taken
     in the clock of request i-1's last read, its done comes latency + beats - 1 clocks after its
     handshake, so the last done is sum(beats) + latency - 1 clocks after the first handshake: from the
     first handshake's clock to the last done's clock, both included, sum(beats) + latency clocks."""
     dut, requests, run = run_case(fmt="fp32", ftz=False, workers=8, slots=4, packet_beats=4,
                                   adder_stages=5, count=14, seed=3)
-    assert dut.latency == 1 + 3 * 5 + 1 + 3 == 20
+    assert dut.latency == 1 + 3 * 5 + 1 + 4 == 21
     beats = [b for _, _, b, _ in requests]
     t0 = run.accepted[0]
     assert run.accepted == [t0 + sum(beats[:i]) for i in range(len(beats))]
@@ -383,7 +383,7 @@ def test_beats_out_of_range():
 def test_interface_and_latency():
     dut = SlotMemory()
     dut._MustUse__silence = True
-    assert dut.latency == 20 and dut.tree.latency == 17 and dut.done_depth == 21
+    assert dut.latency == 21 and dut.tree.latency == 17 and dut.done_depth == 22
     assert (dut.worker_bits, dut.slot_bits, dut.result_slot_bits, dut.beat_bits, dut.beats_bits) == (3, 4, 5, 4, 5)
     assert len(dut.write) == 1 and len(dut.read) == 1
     assert len(dut.write[0].data) == 64 and len(dut.read[0].data) == 64
@@ -391,7 +391,7 @@ def test_interface_and_latency():
     other = SlotMemory(workers=1, slots=1, packet_beats=1, write_ports=3, read_ports=2, fmt="fp16",
                        adder_stages=0)
     other._MustUse__silence = True
-    assert other.latency == 1 + 0 + 1 + 3
+    assert other.latency == 1 + 0 + 1 + 4
     assert (other.worker_bits, other.slot_bits, other.result_slot_bits, other.beat_bits) == (1, 1, 2, 1)
     assert len(other.write) == 3 and len(other.read) == 2
 
@@ -408,7 +408,7 @@ def test_interface_and_latency():
     ({"packet_beats": 2.0}, "packet_beats"),
     ({"write_ports": 0}, "write_ports"),
     ({"read_ports": 0}, "read_ports"),
-    ({"adder_stages": 9}, "adder_stages"),
+    ({"adder_stages": 10}, "adder_stages"),
     ({"adder_stages": True}, "adder_stages"),
 ])
 def test_bad_parameters(kwargs, message):

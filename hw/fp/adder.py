@@ -5,8 +5,9 @@ inf + (-inf) give the canonical quiet NaN. The semantics are those of ``netreduc
 
 Structure (after Berkeley HardFloat's AddRecFN and the classic two-path adder):
 
-1. **unpack**: classify both operands, flush subnormals (FTZ), order them by magnitude
-   (``x`` the larger, ``y`` the smaller), exponent difference ``d``, path choice.
+1. **unpack**: classify each operand and flush subnormals (FTZ); then, with the optional "classify"
+   boundary between, order them by magnitude (``x`` the larger, ``y`` the smaller), exponent difference
+   ``d``, path choice.
 2. **align** (far path, effective addition or ``d >= 2``): shift ``y``'s significand right by ``d``
    into guard, round and sticky bits, in two steps (multiples of 4, then 0..3; the optional "shift"
    boundary lies between them). **close** (effective subtraction with ``d <= 1``): the exact
@@ -36,7 +37,7 @@ __all__ = ["ADDER_BOUNDARIES", "MAX_ADDER_STAGES", "adder_datapath", "FPAdder", 
            "check_lane_width"]
 
 #: Register boundaries of the adder, most useful first: ``stages=k`` uses the first k.
-ADDER_BOUNDARIES = ("output", "sum", "unpack", "normalize", "align", "round", "shift", "input")
+ADDER_BOUNDARIES = ("output", "sum", "unpack", "normalize", "align", "classify", "round", "shift", "input")
 MAX_ADDER_STAGES = len(ADDER_BOUNDARIES)
 
 
@@ -91,8 +92,11 @@ def adder_datapath(pipe, fmt, a, b, *, stages, ftz=False, name="add"):
         eeff = Mux(ezero, 1, e)     # subnormals and zeros share exponent 1 with the hidden bit 0
         return s, Cat(f, e), Cat(f, ~ezero), eeff, nan, inf
 
-    a_s, a_mag, a_sig, a_eeff, a_nan, a_inf = unpack(v["a"])
-    b_s, b_mag, b_sig, b_eeff, b_nan, b_inf = unpack(v["b"])
+    # each operand's classification on its own, then the two compared (the "classify" boundary between)
+    fields = ("s", "mag", "sig", "eeff", "nan", "inf")
+    v = cut({f"{x}_{f}": value for x in "ab" for f, value in zip(fields, unpack(v[x]), strict=True)}, "classify")
+    a_s, a_mag, a_sig, a_eeff, a_nan, a_inf = (v[f"a_{f}"] for f in fields)
+    b_s, b_mag, b_sig, b_eeff, b_nan, b_inf = (v[f"b_{f}"] for f in fields)
     # the magnitude comparison only selects among values computed beside it: both significands with their
     # hidden bits, both exponent differences and what they imply. It is two shorter carry chains side by
     # side (exponent fields, fraction fields) and a LUT, rather than one chain over both fields.

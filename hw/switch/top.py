@@ -122,7 +122,7 @@ class NetReduceSwitch(wiring.Component):
     """
 
     def __init__(self, *, width=64, workers=8, jobs=2, dtype="fp32", ftz=False, mtu=1024, message_packets=4,
-                 message_slots=4, max_frame=9216, adder_stages=5, ports=1, forwarding_entries=16, egress_queues=4,
+                 message_slots=4, max_frame=9216, adder_stages=7, ports=1, forwarding_entries=16, egress_queues=4,
                  egress_buffer=16384, egress_weighted=False, management=None, ethernet=False, port_width=None,
                  ipv6=True, bounded_loss=True):
         if width not in SWITCH_WIDTHS:      # (each of them a datapath width, ``hw.stream.WIDTHS``)

@@ -44,7 +44,7 @@ def add_switch_arguments(parser, *, ports=True):
                              "%(default)s)")
     parser.add_argument("--max-frame", type=int, default=9216, metavar="BYTES",
                         help="longest frame that can go on (default %(default)s)")
-    parser.add_argument("--adder-stages", type=int, default=5, metavar="S",
+    parser.add_argument("--adder-stages", type=int, default=7, metavar="S",
                         help="pipeline depth of each adder (default %(default)s)")
     if ports:
         parser.add_argument("--ports", type=int, default=1, metavar="P",
