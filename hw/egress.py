@@ -55,9 +55,10 @@ from ..egress import (
 )
 from ..registers import EGRESS_COUNTERS
 from .fp.adder import check_int
+from .free_cells import FreeCells
 from .parser import keep_count
 from .ports import MAX_PORTS
-from .ram import NO_COLLISION, BlockRAMReadPort, increment
+from .ram import NO_COLLISION, BlockRAMReadPort
 from .stream import FrameBeat, check_width, frame_stream
 
 __all__ = ["EgressQueues", "EgressBeat", "egress_stream", "FrameClass", "ClassJoin", "CLASS_COUNTERS",
@@ -246,32 +247,19 @@ class EgressQueues(wiring.Component):
         m.submodules.links = links = Memory(shape=cell_bits, depth=cells, init=[])
         link_w, link_r = links.write_port(), links.read_port()
 
-        # Free cells: those never used yet come from ``fresh`` (so that a reset needs no initialised
-        # memory), the others from a circular list of the cells the reader gave back. The list's head is
-        # read ahead (a transparent read port at the next head): a cell given back in one clock can be
-        # taken in the next.
-        m.submodules.free_list = free_list = Memory(shape=cell_bits, depth=cells, init=[])
-        free_w = free_list.write_port()
-        free_r = free_list.read_port(transparent_for=(free_w,))
-        fresh = Signal(range(cells + 1))
-        free_head = Signal(range(cells))
-        free_tail = Signal(range(cells))
+        # Free cells: given out from a register (``FreeCells``), never used ones first, then those the reader gave
+        # back (a cell given back in one clock can be taken in the next).
+        m.submodules.free_cells = free_source = FreeCells(cells)
         free_cells = Signal(range(cells + 1), init=cells)
         room = Signal(init=1)               # registered: free_cells >= max_frame_cells
         allocate = Signal()                 # the writer takes a cell this clock ...
         new_cell = Signal(cell_bits)        # ... this one
         give_back = Signal()                # the reader gives a cell back this clock ...
         given_cell = Signal(cell_bits)      # ... this one
-        from_list = fresh == cells
-        m.d.comb += new_cell.eq(Mux(from_list, free_r.data, fresh))
-        head_next = Mux(allocate & from_list, increment(free_head, cells), free_head)
-        m.d.comb += free_r.addr.eq(head_next)
-        m.d.sync += free_head.eq(head_next)
-        with m.If(allocate & ~from_list):
-            m.d.sync += fresh.eq(fresh + 1)
-        m.d.comb += [free_w.addr.eq(free_tail), free_w.data.eq(given_cell), free_w.en.eq(give_back)]
-        with m.If(give_back):
-            m.d.sync += free_tail.eq(increment(free_tail, cells))
+        m.d.comb += [
+            new_cell.eq(free_source.cell), free_source.take.eq(allocate),
+            free_source.give.eq(give_back), free_source.given.eq(given_cell),
+        ]
         # (``allocate`` is decided late in the clock, by admission, and ``give_back`` by the reader: they only
         # choose between sums and comparisons of the count with constants, made beside them)
         M = self.max_frame_cells
@@ -358,6 +346,11 @@ class EgressQueues(wiring.Component):
         m.d.comb += [
             allocate.eq(store_beat & (index[:kb] == 0)),
             cell.eq(Mux(allocate, new_cell, w_cell)),
+        ]
+        # the writes into the buffer and the links, a clock after they are decided, from registers (the buffer's
+        # block RAMs lie across the device; a beat is read three clocks after its frame's last beat at the
+        # earliest, and a cell given back is taken the clock after at the earliest)
+        m.d.sync += [
             store_w.addr.eq(Cat(index[:kb], cell)),
             store_w.data.data.eq(s2.data), store_w.data.keep.eq(s2.keep),
             store_w.en.eq(store_beat),
@@ -454,9 +447,10 @@ class EgressQueues(wiring.Component):
 
         # ---- the scheduler -----------------------------------------------------------------------------
         free = (r_remaining == 0) | (read & last_beat)      # the reader can take a frame for the next clock
+        # each queue's head descriptor in a register of its own (``heads``, ``visible``), loaded from its FIFO's
+        # output, so that the choice starts from registers and not from a block RAM's late output
         visible = Signal(Q)
-        heads = [descriptor(fifo.r_data) for fifo in fifos]
-        m.d.comb += visible.eq(Cat(fifo.r_rdy for fifo in fifos))
+        heads = [Signal(descriptor, name=f"head{q}") for q in range(Q)]
 
         chosen = Signal(range(Q))
         found = Signal()
@@ -489,7 +483,12 @@ class EgressQueues(wiring.Component):
         for q in range(Q):
             with m.If(chosen == q):
                 m.d.comb += head.eq(heads[q])
-            m.d.comb += fifos[q].r_en.eq(pick & (chosen == q))
+            picked = pick & (chosen == q)
+            m.d.comb += fifos[q].r_en.eq(fifos[q].r_rdy & (~visible[q] | picked))
+            with m.If(fifos[q].r_en):
+                m.d.sync += [heads[q].eq(fifos[q].r_data), visible[q].eq(1)]
+            with m.Elif(picked):
+                m.d.sync += visible[q].eq(0)
         with m.If(pick):
             m.d.sync += [r_cell.eq(head.cell), r_remaining.eq(head.beats), r_index.eq(0), r_queue.eq(chosen),
                          r_cls.eq(head.cls), r_discard.eq(head.discard), last_served.eq(chosen)]

@@ -24,7 +24,7 @@ leave stage 2, the first ``max_frame_beats`` of them: each beat whose index in t
 ``cell_beats`` takes a cell. A frame with more beats is OVERSIZE: it is dropped, and its stored beats are
 read (in their turn, like any frame's, and at one beat per clock whatever ``o`` does) and thrown away.
 When the last beat of an admitted frame leaves stage 2 in clock ``t``, the frame joins its queue; it can
-be chosen from ``t + 2``, and not before the clock after the frame before it in the queue was chosen.
+be chosen from ``t + 3``, and not before the clock after the frame before it in the queue was chosen.
 
 *Reading.* In clock ``t`` the reader reads one beat of its frame if it has one and the frame is discarded
 or ``pending < 4`` (``pending``: beats read, not discarded, and not yet taken from ``o``). Reading a beat
@@ -68,7 +68,7 @@ __all__ = ["EgressModel", "InBeat", "OutBeat", "OUT_DEPTH", "OUT_LATENCY", "QUEU
 
 OUT_DEPTH = 4           # beats read and not yet taken
 OUT_LATENCY = 3         # clocks from a beat's read to ``o``
-QUEUE_LATENCY = 2       # clocks from a frame's last beat to the earliest clock it can be chosen
+QUEUE_LATENCY = 3       # clocks from a frame's last beat to the earliest clock it can be chosen
 
 
 @dataclass(frozen=True)
@@ -301,6 +301,6 @@ class EgressModel:
             if frame.oversize:
                 self.drops_oversize += 1
                 self.drops.append((t, frame.cls, DropReason.OVERSIZE))
-            frame.ready_at = t + 2
+            frame.ready_at = t + QUEUE_LATENCY
             self.queued[frame.queue].append(frame)
             self.writing = None

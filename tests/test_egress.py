@@ -268,8 +268,8 @@ def test_single_frame_and_its_latency():
     frame = make_frame(0, 3, 64, rng)
     run = Run(**SMALL).run(Source([frame]), lambda clock: True)
     [(start, end, beats)] = run.out_frames
-    # taken at 0..2; its last beat is written at 4, chosen at 6, read at 7..9, on o 3 clocks after its read
-    assert (start, end) == (10, 12)
+    # taken at 0..2; its last beat is written at 4, chosen at 7, read at 8..10, on o 3 clocks after its read
+    assert (start, end) == (11, 13)
     assert run.counters["frames_out"][OTHER_CLASS] == 1
     assert run.counters["bytes_out"][OTHER_CLASS] == 16 + bin(frame[-1].keep).count("1")
     assert run.counters["high_water"] == [0, 0, 0, 3]
