@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 from netreduce.hw.free_cells import FreeCells
 
 
-def run(cells, take_rate, give_rate, clocks, seed, ready=3):
+def run(cells, take_rate, give_rate, clocks, seed, ready=4):
     rng = random.Random(seed)
     dut = FreeCells(cells, ready=ready)
     free = set(range(cells))        # free at the start of the clock
@@ -107,7 +107,8 @@ def test_a_cell_given_back_is_out_again_the_next_clock():
     sim.run()
 
 
-@pytest.mark.parametrize("kwargs, message", [({"cells": 1}, "cells"), ({"cells": 8, "ready": 2}, "ready")])
+@pytest.mark.parametrize("kwargs, message", [({"cells": 1}, "cells"), ({"cells": 8, "ready": 3}, "ready"),
+                                            ({"cells": 8, "ready": 6}, "ready")])
 def test_parameter_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         FreeCells(**kwargs)
