@@ -94,8 +94,8 @@ def test_without_check_prints_results_only(tmp_path, capsys):
 def test_bad_stage_count(tmp_path, capsys):
     path = tmp_path / "v.txt"
     path.write_text("0 0\n")
-    with pytest.raises(UserError, match="pipeline stages must be between 0 and 8"):
-        run_cli(["--pipeline-stages", "9", "--input", str(path)], capsys)
+    with pytest.raises(UserError, match="pipeline stages must be between 0 and 9"):
+        run_cli(["--pipeline-stages", "10", "--input", str(path)], capsys)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
