@@ -73,6 +73,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
 from .fp.adder import MAX_ADDER_STAGES, check_format, check_int, check_lane_width
+from .fp.pipeline import Pipeline
 from .fp.tree import MAX_INPUTS, AdderTree
 
 __all__ = ["SlotMemory", "MAX_SLOTS", "MAX_PACKET_BEATS", "MAX_PORTS", "result_read_signature", "slot_write_signature",
@@ -264,34 +265,18 @@ class SlotMemory(wiring.Component):
         for bank_read in bank_reads:
             m.d.comb += [bank_read.en.eq(busy), bank_read.addr.eq(read_address)]
 
-        # the clock of the bank data, then its register: into the tree, with what travels along
-        read_valid = Signal()
-        read_mask = Signal(self.workers, reset_less=True)
-        read_result_address = Signal(self.result_addr_bits, reset_less=True)
-        read_last = Signal(reset_less=True)
-        bank_valid = Signal()
-        bank_mask = Signal(self.workers, reset_less=True)
-        bank_result_address = Signal(self.result_addr_bits, reset_less=True)
-        bank_last = Signal(reset_less=True)
-        bank_data = [Signal(self.width, name=f"bank{w}_data", reset_less=True) for w in range(self.workers)]
-        m.d.sync += [
-            read_valid.eq(busy),
-            read_mask.eq(mask),
-            read_result_address.eq(result_address),
-            read_last.eq(last_read),
-            bank_valid.eq(read_valid),
-            bank_mask.eq(read_mask),
-            bank_result_address.eq(read_result_address),
-            bank_last.eq(read_last),
-        ]
-        for data_register, bank_read in zip(bank_data, bank_reads, strict=True):
-            m.d.sync += data_register.eq(bank_read.data)
+        # the clock of the bank data, then its register: into the tree, with what travels along (two clocks)
+        pipe = Pipeline(m)
+        tree_valid = pipe.delay(busy, 2, "read_valid", reset_less=False)
+        tree_mask = pipe.delay(mask, 2, "read_mask")
+        tree_user = pipe.delay(Cat(result_address, last_read), 2, "read_user")
+        bank_data = [pipe.reg(bank_read.data, f"bank{w}_data") for w, bank_read in enumerate(bank_reads)]
 
         tree = m.submodules.tree = self.tree
         m.d.comb += [
-            tree.i.valid.eq(bank_valid),
-            tree.i.payload.mask.eq(bank_mask),
-            tree.i.payload.user.eq(Cat(bank_result_address, bank_last)),
+            tree.i.valid.eq(tree_valid),
+            tree.i.payload.mask.eq(tree_mask),
+            tree.i.payload.user.eq(tree_user),
             tree.o.ready.eq(1),
         ]
         for w, data_register in enumerate(bank_data):
