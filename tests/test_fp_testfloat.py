@@ -7,6 +7,7 @@ import pytest
 
 from netreduce.cli import UserError
 from netreduce.commands import testfloat
+from netreduce.hw.fp import MAX_ADDER_STAGES
 from netreduce.sim import fp
 from netreduce.sim.runner import available_simulators
 
@@ -94,8 +95,8 @@ def test_without_check_prints_results_only(tmp_path, capsys):
 def test_bad_stage_count(tmp_path, capsys):
     path = tmp_path / "v.txt"
     path.write_text("0 0\n")
-    with pytest.raises(UserError, match="pipeline stages must be between 0 and 9"):
-        run_cli(["--pipeline-stages", "10", "--input", str(path)], capsys)
+    with pytest.raises(UserError, match=f"pipeline stages must be between 0 and {MAX_ADDER_STAGES}"):
+        run_cli(["--pipeline-stages", str(MAX_ADDER_STAGES + 1), "--input", str(path)], capsys)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")

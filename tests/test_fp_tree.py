@@ -5,7 +5,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
-from netreduce.hw.fp import MAX_INPUTS, AdderTree
+from netreduce.hw.fp import MAX_ADDER_STAGES, MAX_INPUTS, AdderTree
 from netreduce.sim import fp
 
 
@@ -148,7 +148,7 @@ def test_tree_latency_and_throughput():
     ({"width": 48}, "multiple of the fp32 element width"),
     ({"n_inputs": 0}, "n_inputs"),
     ({"n_inputs": MAX_INPUTS + 1}, "n_inputs"),
-    ({"adder_stages": 10}, "adder_stages"),
+    ({"adder_stages": MAX_ADDER_STAGES + 1}, "adder_stages"),
     ({"root_stages": 3}, "root_stages"),
     ({"leaf_stages": 2}, "leaf_stages"),
 ])

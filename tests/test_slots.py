@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from netreduce.hw.fp import MAX_ADDER_STAGES
 from netreduce.hw.slots import SlotMemory
 from netreduce.sim import fp
 
@@ -408,7 +409,7 @@ def test_interface_and_latency():
     ({"packet_beats": 2.0}, "packet_beats"),
     ({"write_ports": 0}, "write_ports"),
     ({"read_ports": 0}, "read_ports"),
-    ({"adder_stages": 10}, "adder_stages"),
+    ({"adder_stages": MAX_ADDER_STAGES + 1}, "adder_stages"),
     ({"adder_stages": True}, "adder_stages"),
 ])
 def test_bad_parameters(kwargs, message):
