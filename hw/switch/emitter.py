@@ -170,7 +170,7 @@ class Emitter(wiring.Component):
     Attributes the monitor builds on: ``Descriptor``, ``StoredBeat``, ``frame_beats`` (words of the longest
     payload), ``ring_bits`` (address bits of the packet ring, which holds two such payloads)."""
 
-    OUTGOING_DEPTH = 8      # credits return two clocks after an issue at the earliest, plus the FIFO
+    OUTGOING_DEPTH = 8      # credits return three clocks after an issue at the earliest, plus the FIFO
 
     def __init__(self, *, width, workers, jobs, message_slots, slots, packet_beats, max_frame, bounded_loss=True):
         check_width(width)
@@ -236,7 +236,8 @@ class Emitter(wiring.Component):
         # one source: the packet ring (a FORWARD frame's words, as many as its descriptor says), the result
         # memory (a slot's sum or a duplicate's stored sum, with a first packet's own 16 bytes over its
         # start: a duplicate's from its descriptor, a result's from the header store) or the CREDIT control
-        # frame built from the descriptor. A word issued in one clock is written in the next (``issued``).
+        # frame built from the descriptor. A word issued in one clock comes out of its source in the next
+        # (``issued``) and is written a clock after that (``fetched``).
         m.submodules.header_jobs = header_jobs = SyncFIFOBuffered(width=Descriptor.size, depth=4)
         depth = self.OUTGOING_DEPTH
         m.submodules.outgoing = outgoing = SyncFIFOBuffered(width=PayloadBeat(W).size, depth=depth)
@@ -370,27 +371,34 @@ class Emitter(wiring.Component):
         ]
         with m.If(go & (beat_no == 0)):
             m.d.sync += issued.own.eq(d.own)
+        # ... and a clock later, with the words its sources read out: each memory's output goes straight into a
+        # register (``fetched``), and the word is put together from registers
+        fetched = Signal(Issued)
+        result_word = Signal(W)
+        ring_word = Signal.like(ring_r.data)
+        own_word = Signal.like(own_r.data)
+        m.d.sync += [fetched.eq(issued), result_word.eq(read.data), ring_word.eq(ring_r.data), own_word.eq(own_r.data)]
         word = Signal(PayloadBeat(W))
         result_data = Signal(W)
-        own_bytes = Mux(issued.kind == DUPLICATE, issued.own, own_r.data)
-        m.d.comb += result_data.eq(read.data)
-        with m.If(issued.overlay):
+        own_bytes = Mux(fetched.kind == DUPLICATE, fetched.own, own_word)
+        m.d.comb += result_data.eq(result_word)
+        with m.If(fetched.overlay):
             for lane in range(min(B, OWN_BYTES)):
                 for own_beat in range(max(1, OWN_BYTES // B)):
                     if own_beat * B + lane < OWN_BYTES:
-                        with m.If(issued.beat == own_beat):
+                        with m.If(fetched.beat == own_beat):
                             m.d.comb += result_data[8 * lane:8 * lane + 8].eq(own_bytes[8 * (own_beat * B + lane):][:8])
-        m.d.comb += [word.first.eq(issued.first), word.last.eq(issued.last), word.keep.eq(issued.keep),
+        m.d.comb += [word.first.eq(fetched.first), word.last.eq(fetched.last), word.keep.eq(fetched.keep),
                      word.verdict.eq(GOOD_VERDICT)]
-        with m.Switch(issued.kind):
+        with m.Switch(fetched.kind):
             with m.Case(FORWARD):
-                m.d.comb += [word.data.eq(ring_r.data.data), word.keep.eq(ring_r.data.keep),
-                             word.verdict.eq(ring_r.data.verdict)]
+                m.d.comb += [word.data.eq(ring_word.data), word.keep.eq(ring_word.keep),
+                             word.verdict.eq(ring_word.verdict)]
             with m.Case(RESULTS, DUPLICATE):
                 m.d.comb += word.data.eq(result_data)
             with m.Case(CREDITS):
-                m.d.comb += word.data.eq(issued.control)
-        m.d.comb += [outgoing.w_en.eq(issued.valid), outgoing.w_data.eq(word)]
+                m.d.comb += word.data.eq(fetched.control)
+        m.d.comb += [outgoing.w_en.eq(fetched.valid), outgoing.w_data.eq(word)]
 
         # The header sequencer. A record and its class are handed over in the same clock (``hdr`` and
         # ``classes`` both ready; neither's ``ready`` depends on its ``valid``).
