@@ -20,7 +20,9 @@ the model that the tests compare this component with, clock for clock, is
 * ``o`` (a frame stream): the scheduler chooses a frame whenever the reader is free (strict priority, or
   deficit round robin in beats when ``scheduling`` is ``WEIGHTED``); the reader reads it at one beat per
   clock into an output FIFO (at most 4 beats read and not yet taken), so a frame starts only when all its
-  beats are stored and never pauses once started, whatever ``o.ready`` does.
+  beats are stored and never pauses once started, whatever ``o.ready`` does. It reads each cell's link a cell
+  ahead (the first cell's when it chooses the frame, each next cell's as it moves into it), into a register
+  that takes the links' block-RAM output and nothing else, and takes the next cell from that register.
 * ``i.ready`` depends only on registers of this component: never on ``o.ready`` or on ``i``.
 
 Configuration (inputs, with the default map of ``netreduce.egress`` as their init values): ``dscp_class``
@@ -142,8 +144,8 @@ def check_geometry(width, queues, depth_beats, max_frame, cell_beats):
         cell_beats = max(2, DEFAULT_CELL_BYTES // beat_bytes)
     if (not isinstance(cell_beats, int) or isinstance(cell_beats, bool) or cell_beats < 2
             or cell_beats > MAX_CELL_BEATS or cell_beats & (cell_beats - 1)):
-        raise ValueError(f"cell_beats must be a power of two from 2 to {MAX_CELL_BEATS} (the reader follows a "
-                         f"cell's link while it reads the cell), not {cell_beats!r}")
+        raise ValueError(f"cell_beats must be a power of two from 2 to {MAX_CELL_BEATS} (a cell's link, read as "
+                         f"the reader moves into the cell, is in its register two clocks later), not {cell_beats!r}")
     if depth_beats is None:
         depth_beats = DEFAULT_BUFFER_BYTES // beat_bytes
     check_int(depth_beats, "depth_beats", 2 * cell_beats, MAX_DEPTH_BEATS)
@@ -244,8 +246,12 @@ class EgressQueues(wiring.Component):
         m.submodules.store = store = Memory(shape=word, depth=self.depth_beats, init=[], attrs=NO_COLLISION)
         m.submodules.store_read = store_r = BlockRAMReadPort(store)
         store_w = store.write_port()
-        m.submodules.links = links = Memory(shape=cell_bits, depth=cells, init=[])
-        link_w, link_r = links.write_port(), links.read_port()
+        # (the reader reads only the links of the cells of the frame it reads, before it gives each back, all written
+        # before the frame can be chosen; the writer writes only the links of cells it holds: no link is read in the
+        # clock it is written)
+        m.submodules.links = links = Memory(shape=cell_bits, depth=cells, init=[], attrs=NO_COLLISION)
+        m.submodules.links_read = link_r = BlockRAMReadPort(links)
+        link_w = links.write_port()
 
         # Free cells: given out from a register (``FreeCells``), never used ones first, then those the reader gave
         # back (a cell given back in one clock can be taken in the next).
@@ -398,20 +404,24 @@ class EgressQueues(wiring.Component):
         r_discard = Signal()
         pending = Signal(range(OUT_DEPTH + 1))      # beats read and not yet taken from ``o``
 
+        # the next cell (the link read last) in a register of its own, which takes the links' block-RAM output and
+        # nothing else (the read port holds its word between reads)
+        r_next = Signal(cell_bits)
+        m.d.sync += r_next.eq(link_r.data)
+
         read = Signal()
         m.d.comb += read.eq((r_remaining != 0) & (r_discard | (pending < OUT_DEPTH)))
         last_beat = r_remaining == 1
         cell_end = (r_index[:kb] == K - 1) | last_beat
+        follow = read & cell_end & ~last_beat       # the reader moves on to the frame's next cell
         m.d.comb += [
             store_r.addr.eq(Cat(r_index[:kb], r_cell)), store_r.en.eq(read),
-            # a cell's link is read with its first beat and used after its last one (cells of 2+ beats)
-            link_r.addr.eq(r_cell), link_r.en.eq(read & (r_index[:kb] == 0)),
             give_back.eq(read & cell_end), given_cell.eq(r_cell),
         ]
         with m.If(read):
             m.d.sync += [r_index.eq(r_index + 1), r_remaining.eq(r_remaining - 1)]
-            with m.If(cell_end & ~last_beat):
-                m.d.sync += r_cell.eq(link_r.data)
+        with m.If(follow):
+            m.d.sync += r_cell.eq(r_next)
 
         # (``store_beat`` is decided late, by admission, and ``read`` by the reader: they only choose between
         # the counts made beside them)
@@ -492,6 +502,12 @@ class EgressQueues(wiring.Component):
         with m.If(pick):
             m.d.sync += [r_cell.eq(head.cell), r_remaining.eq(head.beats), r_index.eq(0), r_queue.eq(chosen),
                          r_cls.eq(head.cls), r_discard.eq(head.discard), last_served.eq(chosen)]
+        # A cell's link is read a cell ahead: the first cell's with the choice, each next cell's as the reader
+        # moves into it (with the last beat of the cell before), so that it is in ``r_next`` two clocks later, by
+        # the cell's last beat (a cell has 2 beats or more, read one a clock at most). One mechanism for every
+        # cell size. (A choice and a move never fall in one clock: a frame is chosen when the reader reads its
+        # frame's last beat or has none.)
+        m.d.comb += [link_r.addr.eq(Mux(pick, head.cell, r_next)), link_r.en.eq(pick | follow)]
 
         for q, deficit in enumerate(deficits):
             value = Signal(signed(len(deficit)), name=f"deficit{q}_next")

@@ -306,6 +306,21 @@ def test_long_frames_back_to_back_at_line_rate():
     assert beats <= last - first + 1 < beats + 8
 
 
+@pytest.mark.parametrize("cell_beats", [2, 4, 8])
+@pytest.mark.parametrize("backpressure", [0.0, 0.5])
+def test_frames_of_many_cells_in_a_small_buffer(cell_beats, backpressure):
+    """Frames of up to five cells from every queue through a buffer of six largest frames' cells, so that a cell
+    given back is soon written again: the reader follows each frame's links (read a cell ahead) at every cell
+    size, with ``o`` taking every clock or at random (the reader then pauses inside cells)."""
+    rng = random.Random(cell_beats * 10 + int(backpressure * 10))
+    max_beats = 5 * cell_beats
+    dscps = [RELIABLE_DSCP, lossy_dscp(1, 3), lossy_dscp(3, 3), 0]
+    frames = [make_frame(n, rng.randint(1, max_beats), 64, rng, dscp=rng.choice(dscps)) for n in range(80)]
+    run = Run(depth_beats=6 * max_beats, max_frame=max_beats * 8, cell_beats=cell_beats)
+    run.run(Source(frames, idle=0.1, seed=cell_beats), random_ready(backpressure, cell_beats), max_clocks=40000)
+    assert len(run.delivered) == 80
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_full_buffer_waits_and_loses_nothing(width):
     """Frames that may not be dropped, with ``o`` stalled: the buffer fills until a largest frame no longer
